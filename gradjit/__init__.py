@@ -1,0 +1,24 @@
+"""gradjit: torch-grade automatic differentiation for NumPy code, compiled by Numba.
+
+Two ways in, one pipeline (tracer -> lowering -> runtime):
+
+- function transforms: ``gj.jit``, ``gj.grad``, ``gj.value_and_grad``;
+- tensors: ``gj.tensor(..., requires_grad=True)``, ``.backward()``,
+  ``gj.autograd.grad``.
+
+This package is the public facade only: re-exports, no logic.
+"""
+from gradjit import autograd
+from gradjit.runtime.compiler import cache_dir, reset_stats, stats
+from gradjit.runtime.explain import explain
+from gradjit.runtime.transforms import grad, jit, value_and_grad
+from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
+                            from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
+from gradjit.runtime import engine as _engine
+
+Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
+
+__version__ = "0.1.0"
+__all__ = ["autograd", "jit", "grad", "value_and_grad", "explain", "tensor", "from_numpy",
+           "Tensor", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where",
+           "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]

@@ -1,0 +1,264 @@
+"""CPU code generator: a scheduled Graph -> the source of a Numba module.
+
+Contract
+- ``generate(graph) -> Generated(source, consts, parallel)``. The module
+  defines ``entry(<one arg per graph input>, consts)`` decorated
+  ``@numba.njit(cache=True, error_model="numpy")`` returning a tuple of the
+  graph outputs. 0-d values are scalars (arguments, locals, results); the
+  runtime converts at the boundary.
+- Scalar attributes (``other``, ``alpha``, ``exponent`` ...) are read from the
+  ``consts`` float64 array argument, never written into the source, so graphs
+  that differ only in such values share one source file and one compilation.
+  A few exponents (2, 1, 0.5, -1) are specialised in source because they
+  change the instruction, not just a number.
+- Every emitted line carries a comment with the IR node it comes from.
+- One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
+  when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
+  races; ``parallel=True`` is set only when some loop uses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradjit.lowering.schedule import Loop, reduced_dims, schedule
+from gradjit.tracer.ir import format_node
+
+PARALLEL_MIN = 1 << 18
+
+
+@dataclass
+class Generated:
+    source: str
+    consts: np.ndarray
+    parallel: bool
+
+
+def _np_dtype(dt):
+    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
+
+
+def _lit(x, dt):
+    dt = np.dtype(dt)
+    if dt == np.float64 or dt.kind != "f":
+        return repr(float(x)) if dt.kind == "f" else repr(x)
+    return f"np.{dt.name}({float(x)!r})"
+
+
+class _Emitter:
+    def __init__(self, graph):
+        self.graph = graph
+        self.lines = []
+        self.const_values = []
+        self.const_vars = {}
+        self.prologue = []
+        self.parallel = False
+
+    # -- constants ---------------------------------------------------------------
+    def const(self, value, dtype):
+        dtype = np.result_type(np.dtype(dtype), value) if not isinstance(value, bool) else np.dtype(dtype)
+        key = (float(value).hex(), dtype.str)
+        if key not in self.const_vars:
+            k = len(self.const_values)
+            self.const_values.append(float(value))
+            name = f"c{k}"
+            self.const_vars[key] = name
+            self.prologue.append(f"    {name} = {_np_dtype(dtype)}(consts[{k}])  # {value!r}")
+        return self.const_vars[key]
+
+    def emit(self, depth, text, node=None):
+        comment = f"  # {format_node(node)}" if node is not None else ""
+        self.lines.append("    " * depth + text + comment)
+
+
+def _index(v, space):
+    """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest."""
+    r, k = len(space), v.ndim
+    idx = []
+    for j in range(k):
+        d = r - k + j
+        idx.append("0" if v.shape[j] == 1 and space[d] != 1 else f"i{d}")
+    return f"v{v.id}[{', '.join(idx)}]"
+
+
+def _expr(node, a, e):
+    """The scalar expression of an elementwise node. ``a``: input expressions."""
+    op, at = node.op, node.attrs
+    out = node.outputs[0].dtype
+    ref = node.inputs[0].dtype if node.inputs else out
+    one, zero = _lit(1, out), _lit(0, out)
+    c = (lambda name: e.const(at[name], ref))
+    unary = {"exp": "math.exp", "log": "math.log", "sin": "math.sin", "cos": "math.cos",
+             "tanh": "math.tanh", "sqrt": "math.sqrt"}
+    base = op.split(".")[0]
+    if op.endswith(".default") and base in unary:
+        return f"{unary[base]}({a[0]})"
+    if op in ("add.Tensor", "sub.Tensor"):
+        sign = "+" if base == "add" else "-"
+        return f"{a[0]} {sign} {a[1]}" if at["alpha"] == 1 else f"{a[0]} {sign} {c('alpha')} * {a[1]}"
+    if op in ("add.Scalar", "sub.Scalar", "rsub.Scalar"):
+        k = e.const(at["other"] * at["alpha"] if base != "rsub" else at["other"], ref)
+        if base == "rsub":
+            return f"{k} - {a[0]}" if at["alpha"] == 1 else f"{k} - {c('alpha')} * {a[0]}"
+        return f"{a[0]} {'+' if base == 'add' else '-'} {k}"
+    if op == "pow.Tensor_Scalar":
+        special = {2: f"{a[0]} * {a[0]}", 1: f"{a[0]}", 0.5: f"math.sqrt({a[0]})",
+                   -1: f"{one} / {a[0]}"}
+        if out.kind == "f" and at["exponent"] in special:
+            return special[at["exponent"]]
+        return f"{a[0]} ** {c('exponent')}"
+    if op == "pow.Scalar":
+        return f"{e.const(at['self'], ref)} ** {a[0]}"
+    simple = {
+        "mul.Tensor": "{0} * {1}", "div.Tensor": "{0} / {1}", "pow.Tensor_Tensor": "{0} ** {1}",
+        "neg.default": "-{0}", "abs.default": "abs({0})", "expand.default": "{0}",
+        "reciprocal.default": one + " / {0}",
+        "sigmoid.default": f"{one} / ({one} + math.exp(-{{0}}))",
+        "relu.default": f"{zero} if {{0}} <= 0 else {{0}}",
+        "sign.default": f"({one} if {{0}} > 0 else (-{one} if {{0}} < 0 else {{0}} * {zero}))",
+        "zeros_like.default": zero, "ones_like.default": one,
+        "where.self": "({1} if {0} else {2})",
+    }
+    if op in simple:
+        return simple[op].format(*a)
+    if op in ("mul.Scalar", "div.Scalar"):
+        return f"{a[0]} {'*' if base == 'mul' else '/'} {c('other')}"
+    cmps = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+    if base in cmps:
+        rhs = a[1] if op.endswith(".Tensor") else c("other")
+        return f"({a[0]} {cmps[base]} {rhs})"
+    if op == "_to_copy.default":
+        return f"({a[0]} != 0)" if out == np.bool_ else f"{_np_dtype(out)}({a[0]})"
+    raise NotImplementedError(f"CPU code generator: no scalar expression for elementwise op '{op}'")
+
+
+def _acc_init(node):
+    dt = node.outputs[0].dtype
+    if node.op == "amax.default":
+        return "-np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).min"
+    return "0.0" if dt.kind == "f" else "0"
+
+
+def _loop(e, loop):
+    space = loop.shape
+    r = len(space)
+    regs = {}
+
+    def read(v):
+        if v in regs:
+            return regs[v]
+        return f"v{v.id}" if v.ndim == 0 else _index(v, space)
+
+    names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
+    e.emit(1, f"# loop over {space}: {names}")
+    for v in loop.stores:
+        if v.ndim:
+            e.emit(1, f"v{v.id} = np.empty({v.shape}, {_np_dtype(v.dtype)})")
+    scalar_red, array_red = [], []
+    for n in loop.reductions:
+        out = n.outputs[0]
+        dims = reduced_dims(n)
+        if len(dims) == r:
+            scalar_red.append(n)
+            e.emit(1, f"r{out.id} = {_acc_init(n)}")
+        else:
+            array_red.append(n)
+            fill = _acc_init(n)
+            e.emit(1, f"v{out.id} = np.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
+    size = int(np.prod(space)) if space else 1
+    par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
+           and not any(0 in reduced_dims(n) for n in array_red)
+           and not any(n.op == "amax.default" for n in scalar_red))
+    e.parallel |= par
+    for d in range(r):
+        rng = "prange" if par and d == 0 else "range"
+        e.emit(1 + d, f"for i{d} in {rng}({space[d]}):")
+    depth = 1 + r
+    for n in loop.nodes:
+        out = n.outputs[0]
+        x = read(n.inputs[0])
+        if n in scalar_red:
+            if n.op == "amax.default":
+                e.emit(depth, f"r{out.id} = {x} if ({x} > r{out.id} or {x} != {x}) else r{out.id}", n)
+            else:
+                e.emit(depth, f"r{out.id} += {x}", n)
+        elif n in array_red:
+            dims = reduced_dims(n)
+            keep = n.attrs.get("keepdim", False)
+            idx = [("0" if d in dims else f"i{d}") for d in range(r) if keep or d not in dims]
+            tgt = f"v{out.id}[{', '.join(idx)}]"
+            if n.op == "amax.default":
+                e.emit(depth, f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}", n)
+            else:
+                e.emit(depth, f"{tgt} += {x}", n)
+        else:
+            regs[out] = f"t{out.id}"
+            e.emit(depth, f"t{out.id} = {_expr(n, [read(v) for v in n.inputs], e)}", n)
+    for v in loop.stores:
+        tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
+        e.emit(depth, f"{tgt} = {regs[v]}")
+    for n in scalar_red:
+        out = n.outputs[0]
+        val = f"{_np_dtype(out.dtype)}(r{out.id})"
+        if out.ndim:  # keepdim over every dim
+            e.emit(1, f"v{out.id} = np.full({out.shape}, {val}, {_np_dtype(out.dtype)})", n)
+        else:
+            e.emit(1, f"v{out.id} = {val}", n)
+
+
+def _reshape(x, src, dst):
+    if not src.ndim:
+        return f"np.full({dst.shape}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
+    if not dst.ndim:
+        return f"v{x}[{', '.join('0' * src.ndim)}]"
+    return f"np.ascontiguousarray(v{x}).reshape({dst.shape})"
+
+
+def _stmt(e, node):
+    op, ins, out = node.op, node.inputs, node.outputs[0]
+    a = [f"v{v.id}" for v in ins]
+    if op == "mm.default":
+        e.emit(1, f"v{out.id} = np.dot({a[0]}, {a[1]})", node)
+    elif op == "bmm.default":
+        e.emit(1, f"v{out.id} = np.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+        e.emit(1, f"for b in range({out.shape[0]}):")
+        e.emit(2, f"v{out.id}[b] = np.dot({a[0]}[b], {a[1]}[b])")
+    elif op == "permute.default":
+        e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(node.attrs['dims'])})", node)
+    elif op in ("transpose.int", "t.default"):
+        perm = list(range(ins[0].ndim))
+        d0, d1 = (node.attrs["dim0"], node.attrs["dim1"]) if op == "transpose.int" else (0, 1)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
+    elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
+        e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out)}", node)
+    else:
+        raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
+
+
+def generate(graph, name="entry"):
+    e = _Emitter(graph)
+    for step in schedule(graph):
+        if isinstance(step, Loop):
+            _loop(e, step)
+        else:
+            _stmt(e, step.node)
+    ins = {v for v in graph.inputs}
+    rets = [f"v{v.id}.copy()" if v in ins and v.ndim else f"v{v.id}" for v in graph.outputs]
+    args = ", ".join([f"v{v.id}" for v in graph.inputs] + ["consts"])
+    header = [
+        f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',
+        "import math",
+        "",
+        "import numba",
+        "import numpy as np",
+        "from numba import prange",
+        "",
+        "",
+        f'@numba.njit(cache=True, error_model="numpy"{", parallel=True" if e.parallel else ""})',
+        f"def {name}({args}):",
+    ]
+    body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
+    src = "\n".join(header + body) + "\n"
+    return Generated(src, np.array(e.const_values, dtype=np.float64), e.parallel)

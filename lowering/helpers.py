@@ -1,0 +1,154 @@
+"""Backward helpers callable from ``derivatives.yaml`` formulas.
+
+Contract
+- ``HELPERS`` maps a formula function name to a Python function that builds
+  IR through tracer ops (``Tracer`` methods), so every helper is itself made of
+  differentiable ops and higher-order derivatives come from lowering again.
+- Helpers receive ``Tracer``s for tensors and plain Python values for
+  attributes; they never see arrays or Numba.
+- Names follow PyTorch's ``FunctionsManual.cpp`` where one exists.
+"""
+from __future__ import annotations
+
+from gradjit.tracer.api import apply, where as _where
+
+HELPERS = {}
+
+
+def helper(fn):
+    HELPERS[fn.__name__] = fn
+    return fn
+
+
+@helper
+def maybe_multiply(x, s):
+    return x if s == 1 else x * s
+
+
+@helper
+def zeros_like(x):
+    return apply("zeros_like.default", [x], {})
+
+
+@helper
+def where(condition, a, b):
+    return _where(condition, a, b)
+
+
+@helper
+def sum_to(x, shape):
+    """Sum ``x`` down to ``shape`` (undo NumPy broadcasting)."""
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1)
+    if dims:
+        x = x.sum(dims, keepdim=True)
+    return x.reshape(shape)
+
+
+@helper
+def tanh_backward(grad, result):
+    return grad * (1 - result * result)
+
+
+@helper
+def sigmoid_backward(grad, result):
+    return grad * (result * (1 - result))
+
+
+@helper
+def threshold_backward(grad, self, threshold):
+    return where(self > threshold, grad, 0)
+
+
+@helper
+def pow_backward(grad, self, exponent):
+    if exponent == 0:
+        return zeros_like(grad)
+    if exponent == 1:
+        return grad
+    if exponent == 2:
+        return grad * (self * 2)
+    return grad * (self.pow(exponent - 1) * exponent)
+
+
+@helper
+def pow_backward_self(grad, self, exponent):
+    return where(exponent == 0, 0, grad * (exponent * self.pow(exponent - 1)))
+
+
+@helper
+def pow_backward_exponent(grad, self, exponent, result):
+    """d(self**exponent)/d exponent = result * log(self); 0 where self == 0 and exponent >= 0."""
+    if isinstance(self, (int, float)):
+        if self == 0:
+            return where(exponent >= 0, 0, grad * (result * float("-inf")))
+        import math
+        return grad * (result * math.log(self))
+    body = grad * (result * self.log())
+    return where(self == 0, where(exponent >= 0, 0, body), body)
+
+
+@helper
+def sum_backward(grad, sizes, dims, keepdim):
+    if not keepdim and sizes:
+        for d in sorted(dims if dims else range(len(sizes))):
+            grad = grad.unsqueeze(d)
+    return grad.expand(tuple(sizes))
+
+
+@helper
+def mean_backward(grad, sizes, dims, keepdim):
+    count = 1
+    for d in (dims if dims else range(len(sizes))):
+        count *= sizes[d]
+    return sum_backward(grad, sizes, dims, keepdim) / count
+
+
+@helper
+def restore_reduced_dims(output, dims, keepdim):
+    if keepdim or not dims:
+        return output
+    for d in sorted(dims):
+        output = output.unsqueeze(d)
+    return output
+
+
+@helper
+def scale_grad_by_count(grad, mask, dims):
+    mask = mask.to(grad.dtype)
+    return (grad / mask.sum(dims if dims else None, keepdim=True)) * mask
+
+
+@helper
+def permute_backwards(grad, dims):
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return grad.permute(tuple(inverse))
+
+
+@helper
+def unsqueeze_to(grad, *args):
+    if len(args) == 1:
+        return grad.reshape(tuple(args[0]))
+    dim, sizes = args
+    return grad.unsqueeze(dim) if sizes[dim] == 1 else grad
+
+
+@helper
+def softmax_backward_data(grad, result, dim):
+    return (grad - (grad * result).sum(dim, keepdim=True)) * result
+
+
+@helper
+def log_softmax_backward_data(grad, result, dim):
+    return grad - result.exp() * grad.sum(dim, keepdim=True)
+
+
+@helper
+def not_implemented(reason=""):  # handled by the loader; listed so the name is known
+    raise NotImplementedError(reason)

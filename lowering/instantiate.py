@@ -1,0 +1,98 @@
+"""Interpret a parsed formula (tuple AST) into IR nodes.
+
+Contract
+- ``instantiate(entry, node, graph, grad_outs, mask)`` evaluates the entry's
+  formulas for the inputs selected by ``mask`` (``grad_input_mask``) and
+  returns one ``Value`` or ``None`` per tensor input of ``node``.
+- Tensors in a formula are ``Tracer``s on ``graph``; arithmetic and method
+  calls append nodes; attributes are plain Python values, so attribute
+  arithmetic (``exponent - 1``) is folded at lowering time.
+- Only AST shapes produced by ``formulas.parse_formula`` are accepted; names
+  resolve in the formula's environment, functions in ``helpers.HELPERS``.
+"""
+from __future__ import annotations
+
+import operator
+
+from gradjit.lowering.helpers import HELPERS
+from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.trace import Tracer
+
+_BIN = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+        "**": operator.pow}
+_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+_SPECIAL = {
+    "conj": lambda x: x,  # real dtypes only
+    "sizes": lambda x: tuple(x.shape), "sym_sizes": lambda x: tuple(x.shape),
+    "dim": lambda x: x.ndim, "numel": lambda x: x.numel(), "sym_numel": lambda x: x.numel(),
+    "scalar_type": lambda x: x.dtype,
+}
+
+
+def evaluate(tree, env):
+    kind = tree[0]
+    if kind == "const":
+        return tree[1]
+    if kind == "name":
+        return env[tree[1]]
+    if kind == "bin":
+        return _BIN[tree[1]](evaluate(tree[2], env), evaluate(tree[3], env))
+    if kind == "cmp":
+        return _CMP[tree[1]](evaluate(tree[2], env), evaluate(tree[3], env))
+    if kind == "neg":
+        return -evaluate(tree[1], env)
+    if kind == "pos":
+        return evaluate(tree[1], env)
+    if kind == "not":
+        return not evaluate(tree[1], env)
+    if kind == "if":
+        return evaluate(tree[2], env) if evaluate(tree[1], env) else evaluate(tree[3], env)
+    if kind == "tuple":
+        return tuple(evaluate(t, env) for t in tree[1])
+    if kind == "index":
+        return env[tree[1]][evaluate(tree[2], env)]
+    args = [evaluate(a, env) for a in tree[-2]]
+    kwargs = {k: evaluate(v, env) for k, v in tree[-1]}
+    if kind == "call":
+        return HELPERS[tree[1]](*args, **kwargs)
+    obj, name = evaluate(tree[1], env), tree[2]
+    if name in _SPECIAL:
+        return _SPECIAL[name](obj)
+    return getattr(obj, name)(*args, **kwargs)
+
+
+def instantiate(entry, node, graph, grad_outs, mask):
+    names = entry.schema.tensor_args
+    for name, m in zip(names, mask):
+        if m and name in entry.not_implemented:
+            raise GradjitError(f"the derivative for '{node.op}' is not implemented for input "
+                               f"'{name}': {entry.not_implemented[name]}", node.site)
+    env = dict(node.attrs)
+    env.update({n: Tracer(graph, v) for n, v in zip(names, node.inputs)})
+    results = [Tracer(graph, v) for v in node.outputs]
+    env["result"] = results[0]
+    env.update({f"result{i}": r for i, r in enumerate(results)})
+    grads = [None if g is None else Tracer(graph, g) for g in grad_outs]
+    env["grads"], env["grad"] = grads, grads[0]
+    env["grad_input_mask"] = list(mask)
+    out = [None] * len(names)
+    for inputs, tree in entry.formulas.items():
+        idx = [names.index(i) for i in inputs]
+        if not any(mask[i] for i in idx):
+            continue
+        if "grad" in entry.uses[inputs] and env["grad"] is None:
+            continue  # undefined output gradient: this input gets none from it
+        try:
+            val = evaluate(tree, env)
+        except GradjitError:
+            raise
+        except Exception as e:
+            raise GradjitError(f"while building the backward of '{node.op}' for input(s) "
+                               f"{', '.join(inputs)} from formula {entry.source[inputs]!r}: "
+                               f"{type(e).__name__}: {e}", node.site) from e
+        vals = val if len(inputs) > 1 else (val,)
+        for i, g in zip(idx, vals):
+            if mask[i] and g is not None:
+                out[i] = g.value
+    return out

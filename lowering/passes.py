@@ -1,0 +1,116 @@
+"""Graph passes: decomposition, common-subexpression elimination, dead code, splitting.
+
+Contract
+- ``optimize(graph)`` returns a new graph computing the same outputs with
+  composite ops (``mean``, ``_softmax``, ``_log_softmax``) decomposed into the
+  primitive ops the code generators emit, duplicate nodes merged (CSE) and
+  dead nodes removed (DCE). Inputs and their order are kept, so callers keep
+  feeding the same arrays; captured constants travel along.
+- ``extract(graph, nodes, outputs)`` cuts the sub-graph made of ``nodes``
+  (used for tensor-mode backward: the forward already ran eagerly). Its inputs
+  are the outside values it reads, in first-use order; it returns the new
+  graph and, per new input, the original value that feeds it.
+"""
+from __future__ import annotations
+
+from gradjit.tracer.ir import Graph, _key_attr
+from gradjit.tracer.trace import Tracer
+
+
+def _count(shape, dims):
+    n = 1
+    for d in (dims if dims else range(len(shape))):
+        n *= shape[d]
+    return n
+
+
+def _softmax(x, dim, half_to_float):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def _log_softmax(x, dim, half_to_float):
+    z = x - x.amax(dim, keepdim=True)
+    return z - z.exp().sum(dim, keepdim=True).log()
+
+
+DECOMPOSITIONS = {
+    "mean.default": lambda x: x.sum() / x.numel(),
+    "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim) / _count(x.shape, dim),
+    "_softmax.default": _softmax,
+    "_log_softmax.default": _log_softmax,
+}
+
+
+def optimize(graph):
+    return dce(rebuild(graph))
+
+
+def rebuild(graph, decompose=True, cse=True):
+    new = Graph(graph.name)
+    vmap = {}
+    for v in graph.inputs:
+        nv = new.add_input(v.shape, v.dtype)
+        vmap[v] = nv
+        if v in graph.constants:
+            new.constants[nv] = graph.constants[v]
+    seen = {}
+    for node in graph.nodes:
+        ins = [vmap[v] for v in node.inputs]
+        key = (node.op, tuple(v.id for v in ins), tuple((k, _key_attr(a)) for k, a in node.attrs.items()))
+        if cse and key in seen:
+            outs = seen[key]
+        elif decompose and node.op in DECOMPOSITIONS:
+            new.site_override = node.site
+            res = DECOMPOSITIONS[node.op](*[Tracer(new, v) for v in ins], **node.attrs)
+            new.site_override = None
+            outs = [r.value for r in (res if isinstance(res, tuple) else (res,))]
+        else:
+            outs = new.add_node(node.op, ins, node.attrs,
+                                [(v.shape, v.dtype) for v in node.outputs], node.site)
+        seen[key] = outs
+        vmap.update(zip(node.outputs, outs))
+    new.outputs = [vmap[v] for v in graph.outputs]
+    return new
+
+
+def dce(graph):
+    live = set(graph.outputs)
+    keep = []
+    for node in reversed(graph.nodes):
+        if any(v in live for v in node.outputs):
+            keep.append(node)
+            live.update(node.inputs)
+    graph.nodes = keep[::-1]
+    return graph
+
+
+def extract(graph, nodes, outputs, name="backward"):
+    new = Graph(name)
+    inside = {v for n in nodes for v in n.outputs}
+    vmap, feeds = {}, []
+
+    def outer(v):
+        if v not in vmap:
+            nv = new.add_input(v.shape, v.dtype)
+            vmap[v] = nv
+            feeds.append(v)
+            if v in graph.constants:
+                new.constants[nv] = graph.constants[v]
+        return vmap[v]
+
+    for node in nodes:
+        ins = [vmap[v] if v in inside else outer(v) for v in node.inputs]
+        outs = new.add_node(node.op, ins, node.attrs, [(v.shape, v.dtype) for v in node.outputs],
+                            node.site)
+        vmap.update(zip(node.outputs, outs))
+    new.outputs = [vmap[v] if v in inside else outer(v) for v in outputs]
+    return new, feeds
+
+
+def prune_inputs(graph):
+    """Drop inputs nothing reads; return the indices of the kept ones."""
+    used = {v for n in graph.nodes for v in n.inputs} | set(graph.outputs)
+    kept = [i for i, v in enumerate(graph.inputs) if v in used]
+    graph.inputs = [graph.inputs[i] for i in kept]
+    return kept

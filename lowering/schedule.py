@@ -1,0 +1,106 @@
+"""Scheduling core shared by the code generators: fusion groups.
+
+Contract
+- ``schedule(graph) -> [Loop | Stmt]`` in execution order.
+- A ``Loop`` runs one loop nest over an iteration shape. Its members are
+  elementwise nodes whose output has that shape and reductions whose *input*
+  has that shape (a reduction absorbs its producers). Member values live in
+  registers; only values read outside the loop (or returned) are stored.
+- A ``Stmt`` is a node that is not a loop body: matmul (BLAS) and shape ops
+  (views / reshapes).
+- Legality: a node joins an earlier loop only if every input is available
+  when that loop runs (an elementwise member of it, or produced by an earlier
+  step); a reduction's result is never read inside its own loop.
+- ``Loop.stores`` / ``Loop.reductions`` / ``materialized`` tell the emitter
+  what to allocate. Targets (CPU, CUDA) only render; they never regroup.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradjit.tracer.registry import get_op
+
+REDUCTIONS = {"sum.default", "sum.dim_IntList", "amax.default"}
+
+
+@dataclass(eq=False)
+class Loop:
+    shape: tuple
+    nodes: list = field(default_factory=list)
+    stores: list = field(default_factory=list)      # member values written to arrays
+    members: set = field(default_factory=set)       # values computed in this loop
+
+    @property
+    def reductions(self):
+        return [n for n in self.nodes if n.op in REDUCTIONS]
+
+
+@dataclass(eq=False)
+class Stmt:
+    node: object
+
+
+def reduced_dims(node):
+    """Dims of the reduction's input that are reduced."""
+    ndim = node.inputs[0].ndim
+    dim = node.attrs.get("dim")
+    return tuple(range(ndim)) if not dim else tuple(dim)
+
+
+def _space(node):
+    kind = get_op(node.op).kind
+    if node.op in REDUCTIONS:
+        return node.inputs[0].shape
+    if kind == "elementwise":
+        return node.outputs[0].shape
+    if kind in ("matmul", "shape"):
+        return None
+    raise NotImplementedError(f"no code generation for op '{node.op}' (kind {kind}): it must be "
+                              f"decomposed by lowering/passes.py before scheduling")
+
+
+def schedule(graph):
+    steps = []
+    step_of = {}      # value -> index of the producing step
+    elementwise_in = {}  # value -> Loop where it is a register (elementwise member)
+    for node in graph.nodes:
+        space = _space(node)
+        target = None
+        if space is not None:
+            for idx in range(len(steps) - 1, -1, -1):
+                st = steps[idx]
+                ok_here = isinstance(st, Loop) and st.shape == space and all(
+                    step_of.get(v, -1) < idx or elementwise_in.get(v) is st for v in node.inputs)
+                if ok_here:
+                    target = idx
+                    break
+                if any(step_of.get(v) == idx for v in node.inputs):
+                    break
+        if space is None:
+            steps.append(Stmt(node))
+            idx = len(steps) - 1
+        elif target is None:
+            steps.append(Loop(space, [node]))
+            idx = len(steps) - 1
+        else:
+            idx = target
+            steps[idx].nodes.append(node)
+        for v in node.outputs:
+            step_of[v] = idx
+            if space is not None and node.op not in REDUCTIONS:
+                elementwise_in[v] = steps[idx]
+                steps[idx].members.add(v)
+    # Which register values must be stored: read by another step, or returned.
+    outputs = set(graph.outputs)
+    for node in graph.nodes:
+        home = steps[step_of[node.outputs[0]]]
+        for v in node.inputs:
+            loop = elementwise_in.get(v)
+            if loop is not None and loop is not home and v not in loop.stores:
+                loop.stores.append(v)
+    for v in graph.outputs:
+        loop = elementwise_in.get(v)
+        if loop is not None and v not in loop.stores:
+            loop.stores.append(v)
+    del outputs
+    return steps

@@ -1,0 +1,1 @@
+"""Stage 3: compilation, caches and the backward / grad / jit engines."""

@@ -1,0 +1,163 @@
+"""Compile a Graph to a callable, with an in-memory table and Numba's disk cache.
+
+Contract
+- ``compile_graph(graph) -> Executable``: ``exe(arrays)`` takes one array per
+  ``graph.inputs`` and returns one array per ``graph.outputs``.
+- Source goes to ``<cache dir>/gj_<content hash>.py``: written once (atomic
+  rename; an existing file is never rewritten, its mtime is part of Numba's
+  cache key), registered in ``sys.modules`` before it executes (otherwise
+  Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
+  for the exact argument types while holding a file lock (Numba updates its
+  cache index without one). Later lazy compiles are disabled so every
+  compilation goes through here and is counted.
+- ``STATS``: per-process counters. Every compile request ends in exactly one
+  of ``compiles`` (Numba compiled), ``disk_hits`` (loaded from Numba's cache)
+  or ``memory_hits`` (already loaded in this process).
+- Cache dir: ``$GRADJIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradjit``, else
+  ``~/.cache/gradjit``. ``GRADJIT_EXECUTOR=numpy`` swaps the compiled code for
+  the reference interpreter.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numba
+import numpy as np
+from numba.core.errors import NumbaPerformanceWarning
+
+from gradjit.lowering.codegen_cpu import generate
+from gradjit.tracer.interp import interpret
+
+STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+_LOADED = {}   # (content hash, signature) -> dispatcher
+
+
+def stats():
+    return dict(STATS)
+
+
+def reset_stats():
+    for k in STATS:
+        STATS[k] = 0 if k != "compile_seconds" else 0.0
+
+
+def cache_dir():
+    d = os.environ.get("GRADJIT_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "gradjit")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@contextlib.contextmanager
+def file_lock(path):
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_once(path, text):
+    if os.path.exists(path):
+        return
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _import(path, name):
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before exec: Numba's cache must see a real module
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _numba_type(v):
+    t = numba.from_dtype(v.dtype)
+    return numba.types.Array(t, v.ndim, "C") if v.ndim else t
+
+
+def load(source, signature):
+    """The compiled dispatcher of ``source`` for ``signature`` (counted in STATS)."""
+    h = hashlib.sha256(source.encode()).hexdigest()[:32]
+    key = (h, signature)
+    disp = _LOADED.get(key)
+    if disp is not None:
+        STATS["memory_hits"] += 1
+        return disp
+    d = cache_dir()
+    path = os.path.join(d, f"gj_{h}.py")
+    t0 = time.perf_counter()
+    with file_lock(os.path.join(d, ".lock")):
+        _write_once(path, source)
+        disp = _import(path, f"gradjit_gen_{h}").entry
+        hits = sum(disp.stats.cache_hits.values())
+        disp._can_compile = True  # may have been disabled for another signature
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NumbaPerformanceWarning)
+            disp.compile(signature)
+        disp.disable_compile()
+        if sum(disp.stats.cache_hits.values()) > hits:
+            STATS["disk_hits"] += 1
+        else:
+            STATS["compiles"] += 1
+    STATS["compile_seconds"] += time.perf_counter() - t0
+    _LOADED[key] = disp
+    return disp
+
+
+class Executable:
+    """A compiled graph. ``__call__`` is the hot path: keep it thin."""
+
+    __slots__ = ("fn", "consts", "scalar_in", "out_dtypes", "graph", "source")
+
+    def __init__(self, fn, consts, graph, source):
+        self.fn, self.consts, self.graph, self.source = fn, consts, graph, source
+        self.scalar_in = tuple(v.ndim == 0 for v in graph.inputs)
+        self.out_dtypes = tuple(v.dtype if v.ndim == 0 else None for v in graph.outputs)
+
+    def __call__(self, arrays):
+        args = [a[()] if s else a for a, s in zip(arrays, self.scalar_in)]
+        try:
+            res = self.fn(*args, self.consts)
+        except TypeError:
+            # Non-contiguous, read-only or differently typed arrays: coerce once.
+            args = [np.array(a, dtype=v.dtype, order="C") if not s else v.dtype.type(a)
+                    for a, s, v in zip(args, self.scalar_in, self.graph.inputs)]
+            res = self.fn(*args, self.consts)
+        return [r if d is None else np.asarray(r, d) for r, d in zip(res, self.out_dtypes)]
+
+
+class Interpreted:
+    """``GRADJIT_EXECUTOR=numpy``: run the graph op by op in NumPy."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.source = "# GRADJIT_EXECUTOR=numpy: interpreted, no generated source\n"
+
+    def __call__(self, arrays):
+        return [np.array(r) for r in interpret(self.graph, [np.asarray(a) for a in arrays])]
+
+
+def compile_graph(graph):
+    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
+        return Interpreted(graph)
+    gen = generate(graph)
+    sig = tuple(_numba_type(v) for v in graph.inputs) + (numba.types.Array(numba.float64, 1, "C"),)
+    return Executable(load(gen.source, sig), gen.consts, graph, gen.source)

@@ -1,0 +1,161 @@
+"""Function transforms: ``jit``, ``grad``, ``value_and_grad`` (JAX-like).
+
+Contract
+- A transformed function is traced once per call signature (shape and dtype
+  of each array argument, value of each static argument); the traced graph is
+  optimised and compiled, and later calls with that signature only look the
+  compiled callable up and call it.
+- ``grad`` / ``value_and_grad`` compile forward and backward together: one
+  graph holds the forward nodes, the seed and the adjoint, so fusion sees
+  both and nothing is stored that the gradient does not read.
+- Called with tracers (inside another transform), a transformed function
+  traces inline into the caller's graph instead of compiling, so
+  ``gj.grad(gj.grad(f))`` differentiates the first adjoint again.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from gradjit.lowering.adjoint import adjoint
+from gradjit.lowering.passes import optimize
+from gradjit.runtime.compiler import compile_graph
+from gradjit.tracer.api import apply
+from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.trace import Tracer, flatten_output, trace, unflatten_output
+
+
+def _norm_argnums(argnums):
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+class _Transformed:
+    def __init__(self, fn, static_argnums=()):
+        self.fn = fn
+        self.static = frozenset(_norm_argnums(static_argnums))
+        self._compiled = {}
+        functools.update_wrapper(self, fn)
+
+    def _signature(self, args):
+        return tuple(("s", a) if i in self.static else (np.shape(a), np.result_type(a).str)
+                     for i, a in enumerate(args))
+
+    def __call__(self, *args):
+        if any(isinstance(a, Tracer) for a in args):
+            return self._inline(args)
+        try:
+            sig = self._signature(args)
+            entry = self._compiled[sig]
+        except KeyError:
+            entry = self._compiled[sig] = self._build(args)
+        except TypeError:
+            raise TypeError(f"{self.__name__}: static arguments must be hashable") from None
+        exe, n_const, consts, tree = entry
+        arrays = [a for i, a in enumerate(args) if i not in self.static]
+        return unflatten_output(tree, exe(arrays + consts) if n_const else exe(arrays))
+
+    def _trace(self, args):
+        g, tracers, arg_values = trace([None if i in self.static else a for i, a in enumerate(args)],
+                                       name=getattr(self.fn, "__name__", "fn"))
+        call_args = [a if i in self.static else t for i, (a, t) in enumerate(zip(args, tracers))]
+        return g, call_args, arg_values
+
+    def _finish(self, g, n_args):
+        consts = [g.constants[v] for v in g.inputs[n_args:]]
+        exe = compile_graph(optimize(g))
+        return exe, len(consts), consts
+
+    def graphs(self, *args):
+        """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""
+        g, call_args, arg_values = self._trace(args)
+        self._trace_body(g, call_args, arg_values)
+        opt = optimize(g)
+        return g, opt, compile_graph(opt).source
+
+
+class jit(_Transformed):
+    """Compile ``fn`` for each signature of its array arguments."""
+
+    def _trace_body(self, g, call_args, arg_values):
+        vals, tree = flatten_output(g, self.fn(*call_args))
+        g.outputs = vals
+        return tree
+
+    def _build(self, args):
+        g, call_args, arg_values = self._trace(args)
+        tree = self._trace_body(g, call_args, arg_values)
+        return (*self._finish(g, len(arg_values)), tree)
+
+    def _inline(self, args):
+        return self.fn(*args)
+
+
+class value_and_grad(_Transformed):
+    """``(f(*args), d f / d args[argnums])``, forward and backward compiled together."""
+
+    with_value = True
+
+    def __init__(self, fn, argnums=0, static_argnums=()):
+        super().__init__(fn, static_argnums)
+        self.argnums = _norm_argnums(argnums)
+        self.single = isinstance(argnums, int)
+        bad = self.static & set(self.argnums)
+        if bad:
+            raise ValueError(f"argnums {sorted(bad)} are also static_argnums; cannot differentiate")
+
+    def _differentiate(self, call_args):
+        """Trace fn on ``call_args`` (tracers) and append its adjoint: (value, grads)."""
+        out = self.fn(*call_args)
+        name = f"gj.{type(self).__name__}({getattr(self.fn, '__name__', 'f')})"
+        if not isinstance(out, Tracer):
+            raise GradjitError(f"{name}: the function must return one array, got "
+                               f"{type(out).__name__}", user_site())
+        if out.shape != () or out.dtype.kind != "f":
+            raise GradjitError(f"{name}: gradient only defined for scalar-output functions; "
+                               f"the output is {out.value.type_str()}", out.value.node.site
+                               if out.value.node is not None else None)
+        wrt = []
+        for i in self.argnums:
+            a = call_args[i]
+            if not isinstance(a, Tracer) or a.dtype.kind != "f":
+                dt = getattr(a, "dtype", type(a).__name__)
+                raise GradjitError(f"{name}: can only differentiate with respect to floating-point "
+                                   f"arrays, but argument {i} has dtype {dt}", user_site())
+            wrt.append(a)
+        g = out.graph
+        seed = apply("ones_like.default", [out], {})
+        grads = adjoint(g, [out.value], [seed.value], [a.value for a in wrt])
+        res = [Tracer(g, gv) if gv is not None else apply("zeros_like.default", [a], {})
+               for a, gv in zip(wrt, grads)]
+        return out, (res[0] if self.single else tuple(res))
+
+    def _trace_body(self, g, call_args, arg_values):
+        value, grads = self._differentiate(call_args)
+        flat = [grads] if self.single else list(grads)
+        g.outputs = ([value.value] if self.with_value else []) + [t.value for t in flat]
+
+    def _build(self, args):
+        g, call_args, arg_values = self._trace(args)
+        self._trace_body(g, call_args, arg_values)
+        exe, n_const, consts = self._finish(g, len(arg_values))
+        return exe, n_const, consts, ("tuple", len(g.outputs))
+
+    def __call__(self, *args):
+        flat = super().__call__(*args)
+        if isinstance(flat, tuple) and not any(isinstance(a, Tracer) for a in args):
+            if self.with_value:
+                value, grads = flat[0], flat[1:]
+                return value, (grads[0] if self.single else tuple(grads))
+            return flat[0] if self.single else tuple(flat)
+        return flat
+
+    def _inline(self, args):
+        value, grads = self._differentiate(list(args))
+        return (value, grads) if self.with_value else grads
+
+
+class grad(value_and_grad):
+    """``d f / d args[argnums]`` of a scalar function; see ``value_and_grad``."""
+
+    with_value = False

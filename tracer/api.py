@@ -1,0 +1,408 @@
+"""The user-facing op surface shared by ``Tensor`` (eager) and ``Tracer`` (jit).
+
+Contract
+- ``ArrayOps`` gives both classes the same torch-named methods, Python
+  operators and NumPy protocols (``__array_ufunc__`` / ``__array_function__``).
+  Every method normalises its arguments (dims, sizes, scalars) and calls
+  ``apply(op_name, tensors, attrs)``.
+- ``apply`` picks the front end by argument type (a ``Tracer`` anywhere means
+  the call is being traced) and lets it run or record the op. Front ends
+  register with ``register_frontend`` in priority order.
+- Composite user ops (``matmul``, ``softmax`` ...) are spelled here in terms of
+  registered ops, so the IR only ever holds registered ops.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gradjit.tracer.registry import GradjitError, ShapeError, user_site
+
+_FRONTENDS = []
+
+
+def register_frontend(cls):
+    _FRONTENDS.append(cls)
+    return cls
+
+
+def apply(op, tensors, attrs):
+    for cls in _FRONTENDS:
+        for t in tensors:
+            if isinstance(t, cls):
+                return cls._apply(op, tensors, attrs)
+    raise TypeError(f"{op}: no gradjit tensor among the arguments {[type(t).__name__ for t in tensors]}")
+
+
+def is_scalar(x):
+    return isinstance(x, numbers.Number) and not isinstance(x, np.ndarray)
+
+
+def _py(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def norm_dim(d, ndim, op="dim"):
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {d})")
+    return d % n if ndim else 0
+
+
+def norm_dims(dim, ndim, op="dim"):
+    if dim is None:
+        return None
+    if isinstance(dim, numbers.Integral):
+        dim = (dim,)
+    dims = tuple(sorted({norm_dim(int(d), ndim, op) for d in dim}))
+    return dims if ndim else ()
+
+
+# Binary ops: (tensor op, scalar op, reversed-scalar handler)
+def _rdiv(t, s):
+    return apply("mul.Scalar", [apply("reciprocal.default", [t], {})], {"other": s})
+
+
+_REVERSED_CMP = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne": "ne"}
+
+
+def binary(name, a, b):
+    a, b = _py(a), _py(b)
+    sa, sb = is_scalar(a), is_scalar(b)
+    if sb and not sa:
+        key = "exponent" if name == "pow" else "other"
+        return apply(f"{name}.Scalar" if name != "pow" else "pow.Tensor_Scalar", [a], {key: b})
+    if sa and not sb:
+        if name in ("add", "mul"):
+            return apply(f"{name}.Scalar", [b], {"other": a})
+        if name == "sub":
+            return apply("rsub.Scalar", [b], {"other": a})
+        if name == "div":
+            return _rdiv(b, a)
+        if name == "pow":
+            return apply("pow.Scalar", [b], {"self": a})
+        return apply(f"{_REVERSED_CMP[name]}.Scalar", [b], {"other": a})
+    op = "pow.Tensor_Tensor" if name == "pow" else f"{name}.Tensor"
+    return apply(op, [a, b], {})
+
+
+def where(condition, x, y):
+    """``where(condition, x, y)``; Python scalars become 0-d tensors of the other's dtype."""
+    ref = next((t for t in (x, y, condition) if not is_scalar(t)), None)
+    if ref is None or not hasattr(ref, "_const"):
+        raise TypeError("where: at least one of condition, x, y must be a gradjit tensor")
+    dt = getattr(y if is_scalar(x) else x, "dtype", None)
+    args = [ref._const(np.asarray(v, dtype=dt if v is not condition else None)) if is_scalar(v)
+            else v for v in (condition, x, y)]
+    return apply("where.self", args, {})
+
+
+def matmul(a, b):
+    da, db = a.ndim, b.ndim
+    if da == 0 or db == 0:
+        raise ShapeError(f"matmul: both arguments to matmul need to be at least 1D, but they are "
+                         f"{da}D and {db}D", user_site())
+    dt = np.result_type(a.dtype, b.dtype)
+    a = a if a.dtype == dt else a.to(dt)
+    b = b if b.dtype == dt else b.to(dt)
+    if da == 2 and db == 2:
+        return apply("mm.default", [a, b], {})
+    if da <= 2 and db <= 2:
+        a2 = a.unsqueeze(0) if da == 1 else a
+        b2 = b.unsqueeze(1) if db == 1 else b
+        out = apply("mm.default", [a2, b2], {})
+        shape = (a.shape[0],) * (da == 2) + (b.shape[-1],) * (db == 2)
+        return out.reshape(shape)
+    a2 = a.unsqueeze(0) if da == 1 else a
+    b2 = b.unsqueeze(-1) if db == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied", user_site())
+    try:
+        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+    except ValueError:
+        raise ShapeError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot be "
+                         f"broadcast together", user_site()) from None
+    nb = int(np.prod(batch))
+    a3 = a2.expand(batch + a2.shape[-2:]).reshape((nb,) + a2.shape[-2:])
+    b3 = b2.expand(batch + b2.shape[-2:]).reshape((nb,) + b2.shape[-2:])
+    out = apply("bmm.default", [a3, b3], {})
+    shape = batch + (a2.shape[-2],) * (da > 1) + (b2.shape[-1],) * (db > 1)
+    return out.reshape(shape)
+
+
+class ArrayOps:
+    """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
+
+    __slots__ = ()
+    __array_priority__ = 1000
+    __hash__ = object.__hash__
+
+    # subclasses: shape, dtype properties; _apply(op, tensors, attrs); _const(array)
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    def size(self, d=None):
+        return self.shape if d is None else self.shape[norm_dim(d, self.ndim)]
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- arithmetic -------------------------------------------------------------
+    def add(self, other, alpha=1):
+        if alpha != 1 and not is_scalar(other):
+            return apply("add.Tensor", [self, other], {"alpha": _py(alpha)})
+        return binary("add", self, other * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha=1):
+        if alpha != 1 and not is_scalar(other):
+            return apply("sub.Tensor", [self, other], {"alpha": _py(alpha)})
+        return binary("sub", self, other * alpha if alpha != 1 else other)
+
+    def mul(self, other): return binary("mul", self, other)
+    def div(self, other): return binary("div", self, other)
+    true_divide = divide = div
+    multiply = mul
+    subtract = sub
+    def pow(self, exponent): return binary("pow", self, exponent)
+    def gt(self, other): return binary("gt", self, other)
+    def lt(self, other): return binary("lt", self, other)
+    def ge(self, other): return binary("ge", self, other)
+    def le(self, other): return binary("le", self, other)
+    def eq(self, other): return binary("eq", self, other)
+    def ne(self, other): return binary("ne", self, other)
+
+    __add__ = add
+    __sub__ = sub
+    __mul__ = mul
+    __truediv__ = div
+    __pow__ = pow
+    __gt__, __lt__, __ge__, __le__, __eq__, __ne__ = gt, lt, ge, le, eq, ne
+    def __radd__(self, other): return binary("add", other, self)
+    def __rsub__(self, other): return binary("sub", other, self)
+    def __rmul__(self, other): return binary("mul", other, self)
+    def __rtruediv__(self, other): return binary("div", other, self)
+    def __rpow__(self, other): return binary("pow", other, self)
+    def __neg__(self): return apply("neg.default", [self], {})
+    def __pos__(self): return self
+    def __abs__(self): return apply("abs.default", [self], {})
+    def __matmul__(self, other): return matmul(self, self._coerce(other))
+    def __rmatmul__(self, other): return matmul(self._coerce(other), self)
+
+    def _coerce(self, x):
+        return x if isinstance(x, ArrayOps) else self._const(np.asarray(x))
+
+    # -- unary --------------------------------------------------------------------
+    def _unary(name):
+        def method(self):
+            return apply(f"{name}.default", [self], {})
+        method.__name__ = name
+        return method
+
+    exp, log, sin, cos, tanh, sigmoid = map(_unary, ("exp", "log", "sin", "cos", "tanh", "sigmoid"))
+    sqrt, abs, relu, sign, reciprocal = map(_unary, ("sqrt", "abs", "relu", "sign", "reciprocal"))
+    neg = __neg__
+    negative = neg
+    sgn = sign
+    del _unary
+
+    def to(self, dtype):
+        dtype = np.dtype(dtype)
+        return self if dtype == self.dtype else apply("_to_copy.default", [self], {"dtype": dtype})
+
+    astype = to
+    def float(self): return self.to(np.float32)
+    def double(self): return self.to(np.float64)
+
+    # -- reductions ------------------------------------------------------------------
+    def _reduce(self, name, dim, keepdim):
+        dims = norm_dims(dim, self.ndim, name)
+        if not dims:
+            if not keepdim:
+                return apply(f"{name}.default", [self], {})
+            dims = tuple(range(self.ndim))
+        overload = {"sum": "sum.dim_IntList", "mean": "mean.dim"}[name]
+        return apply(overload, [self], {"dim": dims, "keepdim": bool(keepdim)})
+
+    def sum(self, dim=None, keepdim=False, *, axis=None):
+        return self._reduce("sum", dim if axis is None else axis, keepdim)
+
+    def mean(self, dim=None, keepdim=False, *, axis=None):
+        return self._reduce("mean", dim if axis is None else axis, keepdim)
+
+    def amax(self, dim=(), keepdim=False, *, axis=None):
+        dims = norm_dims(dim if axis is None else axis, self.ndim, "amax") or ()
+        return apply("amax.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
+
+    # -- linear algebra ------------------------------------------------------------
+    def mm(self, other): return apply("mm.default", [self, other], {})
+    def bmm(self, other): return apply("bmm.default", [self, other], {})
+    def matmul(self, other): return matmul(self, self._coerce(other))
+
+    # -- shape ----------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) == 1:
+            known = int(np.prod([s for s in shape if s != -1]))
+            shape = tuple(self.numel() // max(known, 1) if s == -1 else s for s in shape)
+        if shape == self.shape:
+            return self
+        return apply("view.default", [self], {"size": shape})
+
+    view = reshape
+
+    def reshape_as(self, other): return self.reshape(other.shape)
+    view_as = reshape_as
+
+    def flatten(self): return self.reshape(-1)
+
+    def permute(self, *dims):
+        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        dims = tuple(norm_dim(int(d), self.ndim, "permute") for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: dims {dims} is not a permutation of the {self.ndim} dims "
+                             f"of a tensor of shape {self.shape}")
+        if dims == tuple(range(self.ndim)):
+            return self
+        return apply("permute.default", [self], {"dims": dims})
+
+    def transpose(self, dim0, dim1):
+        d0, d1 = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
+        if d0 == d1:
+            return self
+        return apply("transpose.int", [self], {"dim0": min(d0, d1), "dim1": max(d0, d1)})
+
+    swapaxes = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return self if self.ndim < 2 else apply("t.default", [self], {})
+
+    @property
+    def T(self):
+        return self.t() if self.ndim <= 2 else self.permute(tuple(range(self.ndim))[::-1])
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def expand(self, *size):
+        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        lead = len(size) - self.ndim
+        size = tuple(self.shape[i - lead] if s == -1 and i >= lead else int(s)
+                     for i, s in enumerate(size))
+        if size == self.shape:
+            return self
+        return apply("expand.default", [self], {"size": size, "implicit": False})
+
+    broadcast_to = expand
+
+    def expand_as(self, other): return self.expand(other.shape)
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            return self if 1 not in self.shape else apply("squeeze.default", [self], {})
+        d = norm_dim(dim, self.ndim, "squeeze")
+        if not self.ndim or self.shape[d] != 1:
+            return self
+        return apply("squeeze.dim", [self], {"dim": d})
+
+    def unsqueeze(self, dim):
+        return apply("unsqueeze.default", [self], {"dim": norm_dim(dim, self.ndim + 1, "unsqueeze")})
+
+    # -- nn ------------------------------------------------------------------------------
+    def softmax(self, dim):
+        return apply("_softmax.default", [self], {"dim": norm_dim(dim, self.ndim), "half_to_float": False})
+
+    def log_softmax(self, dim):
+        return apply("_log_softmax.default", [self], {"dim": norm_dim(dim, self.ndim),
+                                                      "half_to_float": False})
+
+    def __getitem__(self, index):
+        raise GradjitError("indexing tensors is not supported yet (tracked in the coverage issue); "
+                           "use reshape/squeeze/where for now", user_site())
+
+    # -- NumPy protocols -------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fn = _UFUNCS.get(ufunc)
+        if method != "__call__" or fn is None or kwargs:
+            return _unsupported(f"np.{ufunc.__name__}" + (f".{method}" if method != "__call__" else "")
+                                + (f" with {sorted(kwargs)}" if kwargs else ""))
+        return fn(*inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        fn = _FUNCTIONS.get(func)
+        if fn is None:
+            return _unsupported(f"np.{func.__name__}")
+        return fn(*args, **kwargs)
+
+
+def _unsupported(what):
+    raise TypeError(f"{what} is not supported on gradjit tensors yet; the supported NumPy functions "
+                    f"are: {', '.join(sorted(_NAMES))}")
+
+
+def _as_obj(x, like):
+    return x if isinstance(x, ArrayOps) else like._const(np.asarray(x))
+
+
+def _first(*xs):
+    return next(x for x in xs if isinstance(x, ArrayOps))
+
+
+def _unary_fn(name):
+    return lambda x: apply(f"{name}.default", [x], {})
+
+
+_UFUNCS = {
+    np.add: lambda a, b: binary("add", a, b), np.subtract: lambda a, b: binary("sub", a, b),
+    np.multiply: lambda a, b: binary("mul", a, b), np.true_divide: lambda a, b: binary("div", a, b),
+    np.power: lambda a, b: binary("pow", a, b), np.greater: lambda a, b: binary("gt", a, b),
+    np.less: lambda a, b: binary("lt", a, b), np.greater_equal: lambda a, b: binary("ge", a, b),
+    np.less_equal: lambda a, b: binary("le", a, b), np.equal: lambda a, b: binary("eq", a, b),
+    np.not_equal: lambda a, b: binary("ne", a, b),
+    np.negative: _unary_fn("neg"), np.absolute: _unary_fn("abs"), np.sign: _unary_fn("sign"),
+    np.exp: _unary_fn("exp"), np.log: _unary_fn("log"), np.sin: _unary_fn("sin"),
+    np.cos: _unary_fn("cos"), np.tanh: _unary_fn("tanh"), np.sqrt: _unary_fn("sqrt"),
+    np.reciprocal: _unary_fn("reciprocal"),
+    np.matmul: lambda a, b: matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b))),
+}
+
+
+def _np_reduce(name):
+    def fn(a, axis=None, keepdims=False, **kw):
+        if kw:
+            _unsupported(f"np.{name} with {sorted(kw)}")
+        return getattr(a, name)(axis, keepdims) if name != "amax" else a.amax(axis or (), keepdims)
+    return fn
+
+
+def _dot(a, b):
+    if a.ndim > 2 or b.ndim > 2:
+        _unsupported("np.dot on arrays with more than 2 dims (use np.matmul)")
+    return matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b)))
+
+
+_FUNCTIONS = {
+    np.sum: _np_reduce("sum"), np.mean: _np_reduce("mean"), np.amax: _np_reduce("amax"),
+    np.max: _np_reduce("amax"), np.dot: _dot,
+    np.transpose: lambda a, axes=None: a.T if axes is None else a.permute(axes),
+    np.reshape: lambda a, shape, **kw: a.reshape(shape),
+    np.squeeze: lambda a, axis=None: a.squeeze(axis),
+    np.expand_dims: lambda a, axis: a.unsqueeze(axis),
+    np.broadcast_to: lambda a, shape: a.expand(shape),
+    np.where: where,
+}
+_NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}

@@ -1,0 +1,267 @@
+"""The op set: schema, shape/dtype rule and NumPy reference of every op.
+
+Contract
+- Each op is declared here exactly once through ``registry.defop``; its
+  schema text is the ``name:`` line of its ``derivatives.yaml`` entry.
+- Attributes arrive normalised by the front end (``tracer/api.py``): dims are
+  sorted tuples of non-negative ints, sizes are concrete tuples, scalars are
+  Python numbers, dtypes are ``np.dtype``.
+- Dtype rules follow NumPy 2 (NEP 50: Python scalars are weak), so a float32
+  tensor times ``0.5`` stays float32. Float-only math on integers gives float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from gradjit.tracer.registry import ShapeError, defop, user_site
+
+E, R, M, S, C = "elementwise", "reduction", "matmul", "shape", "composite"
+
+
+def _types_str(types):
+    return ", ".join(f"{np.dtype(t.dtype).name}{list(t.shape)}" for t in types)
+
+
+def broadcast_shapes(op, types):
+    try:
+        return tuple(np.broadcast_shapes(*[t.shape for t in types]))
+    except ValueError:
+        raise ShapeError(
+            f"{op}: shapes {' and '.join(str(tuple(t.shape)) for t in types)} cannot be broadcast "
+            f"together (inputs: {_types_str(types)})", user_site()) from None
+
+
+def _scalars(attrs):
+    return [v for k, v in attrs.items() if k in ("other", "exponent", "self") and isinstance(v, (int, float))]
+
+
+def _promote(types, attrs):
+    return np.result_type(*[t.dtype for t in types], *_scalars(attrs))
+
+
+def _floaty(types, attrs):
+    dt = _promote(types, attrs)
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+_RULES = {
+    "promote": _promote,
+    "float": _floaty,
+    "same": lambda types, attrs: np.dtype(types[0].dtype),
+    "bool": lambda types, attrs: np.dtype(np.bool_),
+}
+
+
+def _ew(rule, name):
+    dtype_of = _RULES[rule]
+
+    def infer(types, attrs):
+        return [(broadcast_shapes(name, types), dtype_of(types, attrs))]
+    return infer
+
+
+def elementwise(schema, impl, rule="promote"):
+    name = schema.split("(")[0]
+    return defop(schema, E, _ew(rule, name), impl)
+
+
+# -- elementwise -------------------------------------------------------------
+def _recip(x):
+    return np.true_divide(1, x)
+
+
+for _name, _fn, _rule in [
+    ("exp", np.exp, "float"), ("log", np.log, "float"), ("sin", np.sin, "float"),
+    ("cos", np.cos, "float"), ("tanh", np.tanh, "float"), ("sqrt", np.sqrt, "float"),
+    ("sigmoid", special.expit, "float"), ("reciprocal", _recip, "float"),
+    ("abs", np.abs, "same"), ("neg", np.negative, "same"), ("sign", np.sign, "same"),
+    ("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "same"),
+    ("zeros_like", np.zeros_like, "same"), ("ones_like", np.ones_like, "same"),
+]:
+    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, _rule)
+
+
+def _axpy(a, b, alpha, sign=1):
+    return a + sign * b if alpha == 1 else a + sign * alpha * b
+
+
+elementwise("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+            lambda a, b, alpha: _axpy(a, b, alpha))
+elementwise("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            lambda a, other, alpha: _axpy(a, other, alpha))
+elementwise("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+            lambda a, b, alpha: _axpy(a, b, alpha, -1))
+elementwise("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            lambda a, other, alpha: _axpy(a, other, alpha, -1))
+elementwise("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            lambda a, other, alpha: other - (a if alpha == 1 else alpha * a))
+elementwise("mul.Tensor(Tensor self, Tensor other) -> Tensor", np.multiply)
+elementwise("mul.Scalar(Tensor self, Scalar other) -> Tensor", lambda a, other: a * other)
+elementwise("div.Tensor(Tensor self, Tensor other) -> Tensor", np.true_divide, "float")
+elementwise("div.Scalar(Tensor self, Scalar other) -> Tensor",
+            lambda a, other: np.true_divide(a, other), "float")
+elementwise("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor",
+            lambda a, exponent: np.power(a, exponent))
+elementwise("pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", np.power)
+elementwise("pow.Scalar(Scalar self, Tensor exponent) -> Tensor",
+            lambda e, self: np.power(self, e))
+
+
+def _where_infer(types, attrs):
+    cond = types[0]
+    if np.dtype(cond.dtype) != np.bool_:
+        raise TypeError(f"where.self: expected condition to be a boolean tensor, but got a tensor "
+                        f"with dtype {np.dtype(cond.dtype).name}")
+    return [(broadcast_shapes("where.self", types), np.result_type(types[1].dtype, types[2].dtype))]
+
+
+defop("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", E, _where_infer, np.where)
+
+for _cmp, _fn in [("gt", np.greater), ("lt", np.less), ("ge", np.greater_equal),
+                  ("le", np.less_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    elementwise(f"{_cmp}.Tensor(Tensor self, Tensor other) -> Tensor", _fn, "bool")
+    elementwise(f"{_cmp}.Scalar(Tensor self, Scalar other) -> Tensor",
+                (lambda f: lambda a, other: f(a, other))(_fn), "bool")
+
+
+def _to_copy_infer(types, attrs):
+    return [(tuple(types[0].shape), np.dtype(attrs["dtype"]))]
+
+
+defop("_to_copy(Tensor self, *, ScalarType dtype) -> Tensor", E, _to_copy_infer,
+      lambda a, dtype: np.asarray(a).astype(dtype))
+
+
+def _expand_infer(types, attrs):
+    size = tuple(attrs["size"])
+    (t,) = types
+    if len(size) < len(t.shape) or np.broadcast_shapes(size, t.shape) != size:
+        raise ShapeError(f"expand.default: the shape {tuple(t.shape)} cannot be expanded to {size} "
+                         f"(input {_types_str(types)})", user_site())
+    return [(size, t.dtype)]
+
+
+# expand is elementwise for the code generators: a broadcasting read of its input.
+defop("expand(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor", E, _expand_infer,
+      lambda a, size, implicit: np.broadcast_to(a, size))
+
+
+# -- reductions ----------------------------------------------------------------
+def _reduced_shape(shape, dim, keepdim):
+    dims = range(len(shape)) if dim is None else dim
+    if keepdim:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def _sum_dtype(dt):
+    dt = np.dtype(dt)
+    return np.dtype(np.int64) if dt.kind in "biu" else dt
+
+
+def _float_only(op, dt):
+    if np.dtype(dt).kind != "f":
+        raise TypeError(f"{op}: could not infer output dtype. Input dtype must be a floating point "
+                        f"dtype, but got {np.dtype(dt).name}")
+    return np.dtype(dt)
+
+
+def _axes(dim):
+    return None if dim is None or dim == () else tuple(dim)
+
+
+defop("sum(Tensor self) -> Tensor", R,
+      lambda t, a: [((), _sum_dtype(t[0].dtype))],
+      lambda x: np.asarray(np.sum(x, dtype=_sum_dtype(x.dtype))))
+defop("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False) -> Tensor", R,
+      lambda t, a: [(_reduced_shape(t[0].shape, a["dim"], a["keepdim"]), _sum_dtype(t[0].dtype))],
+      lambda x, dim, keepdim: np.asarray(np.sum(x, axis=_axes(dim), keepdims=keepdim,
+                                                dtype=_sum_dtype(x.dtype))))
+defop("mean(Tensor self) -> Tensor", R,
+      lambda t, a: [((), _float_only("mean", t[0].dtype))],
+      lambda x: np.asarray(np.mean(x)))
+defop("mean.dim(Tensor self, int[1]? dim, bool keepdim=False) -> Tensor", R,
+      lambda t, a: [(_reduced_shape(t[0].shape, a["dim"], a["keepdim"]),
+                     _float_only("mean.dim", t[0].dtype))],
+      lambda x, dim, keepdim: np.asarray(np.mean(x, axis=_axes(dim), keepdims=keepdim)))
+defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R,
+      lambda t, a: [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]), t[0].dtype)],
+      lambda x, dim, keepdim: np.asarray(np.amax(x, axis=_axes(dim), keepdims=keepdim)))
+
+
+# -- matmul ------------------------------------------------------------------------
+def _mm_infer(op, rank):
+    def infer(types, attrs):
+        a, b = types
+        ok = (len(a.shape) == rank == len(b.shape) and a.shape[-1] == b.shape[-2]
+              and a.shape[:-2] == b.shape[:-2])
+        if not ok:
+            raise ShapeError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                             f"multiplied (inputs: {_types_str(types)})", user_site())
+        if np.dtype(a.dtype) != np.dtype(b.dtype):
+            raise TypeError(f"{op}: expected both inputs to have the same dtype, but got "
+                            f"{np.dtype(a.dtype).name} != {np.dtype(b.dtype).name}")
+        return [(tuple(a.shape[:-1]) + (b.shape[-1],), np.dtype(a.dtype))]
+    return infer
+
+
+defop("mm(Tensor self, Tensor mat2) -> Tensor", M, _mm_infer("mm.default", 2), np.matmul)
+defop("bmm(Tensor self, Tensor mat2) -> Tensor", M, _mm_infer("bmm.default", 3), np.matmul)
+
+
+# -- shape ---------------------------------------------------------------------------
+def _view_infer(types, attrs):
+    (t,) = types
+    size = tuple(attrs["size"])
+    if int(np.prod(size)) != int(np.prod(t.shape)):
+        raise ShapeError(f"view.default: shape {size} is invalid for input of size "
+                         f"{int(np.prod(t.shape))} (input {_types_str(types)})", user_site())
+    return [(size, t.dtype)]
+
+
+def _shape_op(schema, shape_fn, impl):
+    return defop(schema, S, lambda t, a: [(shape_fn(tuple(t[0].shape), **a), t[0].dtype)], impl)
+
+
+defop("view(Tensor self, SymInt[] size) -> Tensor", S, _view_infer,
+      lambda x, size: np.reshape(x, size))
+_shape_op("permute(Tensor self, int[] dims) -> Tensor",
+          lambda s, dims: tuple(s[d] for d in dims), lambda x, dims: np.transpose(x, dims))
+
+
+def _swap(s, dim0, dim1):
+    s = list(s)
+    s[dim0], s[dim1] = s[dim1], s[dim0]
+    return tuple(s)
+
+
+_shape_op("transpose.int(Tensor self, int dim0, int dim1) -> Tensor", _swap,
+          lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1))
+_shape_op("t(Tensor self) -> Tensor", lambda s: s[::-1], lambda x: x.T)
+_shape_op("squeeze(Tensor self) -> Tensor", lambda s: tuple(d for d in s if d != 1), np.squeeze)
+_shape_op("squeeze.dim(Tensor self, int dim) -> Tensor",
+          lambda s, dim: s[:dim] + s[dim + 1:] if s[dim] == 1 else s,
+          lambda x, dim: np.squeeze(x, dim) if x.shape[dim] == 1 else x)
+_shape_op("unsqueeze(Tensor self, int dim) -> Tensor", lambda s, dim: s[:dim] + (1,) + s[dim:],
+          lambda x, dim: np.expand_dims(x, dim))
+
+
+# -- composite (own formula; decomposed before code generation) -----------------------
+def _softmax(x, dim, half_to_float):
+    e = np.exp(x - np.amax(x, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+def _log_softmax(x, dim, half_to_float):
+    z = x - np.amax(x, axis=dim, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=dim, keepdims=True))
+
+
+def _softmax_infer(types, attrs):
+    return [(tuple(types[0].shape), _float_only("softmax", types[0].dtype))]
+
+
+defop("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", C, _softmax_infer, _softmax)
+defop("_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", C, _softmax_infer,
+      _log_softmax)

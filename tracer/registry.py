@@ -1,0 +1,205 @@
+"""Op registry: each op declared once, keyed by its ATen overload name.
+
+Contract
+- ``defop(schema, kind, infer, impl)`` registers an op. ``schema`` is the
+  ``derivatives.yaml`` ``name:`` syntax (``"mul.Tensor(Tensor self, Tensor
+  other) -> Tensor"``); the op name is the part before ``(``, with
+  ``.default`` added when there is no overload (``exp`` -> ``exp.default``).
+- Arguments typed ``Tensor`` become node inputs, every other argument a node
+  attribute of the same name.
+- ``infer(in_types, attrs) -> [(shape, dtype), ...]`` is the shape/dtype
+  rule, ``impl(*arrays, **attrs)`` the NumPy reference (returns an array or a
+  tuple of arrays). ``kind`` tells the code generators how the op iterates:
+  ``elementwise`` | ``reduction`` | ``matmul`` | ``shape`` | ``composite``.
+- ``get_op(name)`` raises ``UnknownOpError`` naming the op and this registry.
+- Errors raised for user mistakes derive from ``GradjitError`` and carry the
+  user's source line (``user_site()``: first frame outside gradjit).
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+def _package_dirs():
+    # tracer/, lowering/, runtime/ and gradjit/ live side by side (editable) or
+    # under one folder (wheel); any frame in them is ours, not the user's.
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    return tuple(os.path.join(root, d) + os.sep for d in ("tracer", "lowering", "runtime", "gradjit")) + (here + os.sep,)
+
+
+_OURS = _package_dirs()
+
+
+class Site:
+    __slots__ = ("filename", "lineno")
+
+    def __init__(self, filename, lineno):
+        self.filename = filename
+        self.lineno = lineno
+
+    @property
+    def text(self):
+        return linecache.getline(self.filename, self.lineno).strip()
+
+    def __str__(self):
+        return f'File "{self.filename}", line {self.lineno}: {self.text}'
+
+
+def user_site():
+    """The first stack frame outside gradjit (the user's line), or None."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_OURS) and not fn.startswith("<frozen"):
+            return Site(fn, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+class GradjitError(Exception):
+    """Base class of user-facing errors. ``site`` is the user's source line."""
+
+    def __init__(self, msg, site=None):
+        self.site = site
+        if site is not None:
+            msg = f"{msg}\n  recorded at {site}"
+        super().__init__(msg)
+
+
+class ShapeError(GradjitError, ValueError):
+    pass
+
+
+class UnknownOpError(GradjitError, KeyError):
+    def __str__(self):
+        return self.args[0]
+
+
+@dataclass
+class Arg:
+    type: str
+    name: str
+    default: object = None
+    has_default: bool = False
+
+    @property
+    def is_tensor(self):
+        return self.type.startswith("Tensor")
+
+
+@dataclass
+class Schema:
+    name: str
+    args: list
+    returns: list
+    text: str
+    tensor_args: list = field(default_factory=list)
+    attr_args: list = field(default_factory=list)
+
+
+_DEFAULTS = {"None": None, "True": True, "False": False, "[]": ()}
+
+
+def _parse_default(text):
+    if text in _DEFAULTS:
+        return _DEFAULTS[text]
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _split_top(s):
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+_SCHEMA_RE = re.compile(r"^\s*([A-Za-z_][\w]*(?:\.[\w]+)?)\((.*)\)\s*->\s*(.+?)\s*$")
+
+
+def parse_schema(text):
+    m = _SCHEMA_RE.match(text)
+    if not m:
+        raise ValueError(f"malformed schema {text!r}: expected 'name.overload(args) -> returns'")
+    name, argtext, ret = m.groups()
+    if "." not in name:
+        name += ".default"
+    args = []
+    for part in _split_top(argtext):
+        if part == "*":
+            continue
+        dm = re.match(r"^(\S+)\s+(\w+)(?:\s*=\s*(.+))?$", part)
+        if not dm:
+            raise ValueError(f"malformed argument {part!r} in schema {text!r}")
+        typ, aname, default = dm.groups()
+        args.append(Arg(typ, aname, _parse_default(default) if default else None, default is not None))
+    ret = ret.strip()
+    returns = _split_top(ret[1:-1]) if ret.startswith("(") else [ret]
+    s = Schema(name, args, returns, text.strip())
+    s.tensor_args = [a.name for a in args if a.is_tensor]
+    s.attr_args = [a for a in args if not a.is_tensor]
+    return s
+
+
+@dataclass
+class OpDef:
+    name: str
+    schema: Schema
+    kind: str
+    infer: object
+    impl: object
+
+
+OPS: dict[str, OpDef] = {}
+_KINDS = ("elementwise", "reduction", "matmul", "shape", "composite")
+
+
+def defop(schema, kind, infer, impl):
+    s = parse_schema(schema)
+    if kind not in _KINDS:
+        raise ValueError(f"op {s.name}: unknown kind {kind!r}")
+    if s.name in OPS:
+        raise ValueError(f"op {s.name} is declared twice in the op registry")
+    OPS[s.name] = OpDef(s.name, s, kind, infer, impl)
+    return OPS[s.name]
+
+
+def get_op(name):
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UnknownOpError(
+            f"unknown op {name!r}: not in the op registry (gradjit/tracer/ops.py); "
+            f"known ops: {', '.join(sorted(OPS))}") from None
+
+
+def bind_attrs(op, attrs):
+    """Fill schema defaults; reject attributes the schema does not have."""
+    out = {}
+    for a in op.schema.attr_args:
+        if a.name in attrs:
+            out[a.name] = attrs[a.name]
+        elif a.has_default:
+            out[a.name] = a.default
+        else:
+            raise TypeError(f"{op.name}: missing argument {a.name!r} ({op.schema.text})")
+    extra = set(attrs) - set(out)
+    if extra:
+        raise TypeError(f"{op.name}: unexpected arguments {sorted(extra)} ({op.schema.text})")
+    return out

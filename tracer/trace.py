@@ -1,0 +1,134 @@
+"""Function tracing for ``@gj.jit``: abstract values that record into a Graph.
+
+Contract
+- A ``Tracer`` stands for a ``Value`` of a ``Graph`` being built: it has a
+  shape and a dtype but no contents. Ops on tracers (torch-named methods,
+  operators, plain NumPy calls through the array protocols) append nodes.
+- Arrays and Tensors met while tracing become graph inputs ("constants are
+  arguments"): ``graph.constants`` maps such a Value to its array, so the
+  compiled code receives them at call time and they never enter the source.
+- Anything that needs a concrete value (``if x > 0:``, ``float(x)``,
+  ``np.asarray(x)``) raises ``TracerValueError`` naming the user's line and
+  saying what to write instead.
+- ``trace(args)`` starts a graph with one input per array argument;
+  ``flatten_output`` / ``unflatten_output`` convert the function's result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.ir import Graph
+from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
+
+
+class TracerValueError(GradjitError, TypeError):
+    pass
+
+
+_ADVICE = ("the value of a traced array is not known while gj.jit / gj.grad trace the function, so it "
+           "cannot steer Python control flow ({what}). Use np.where(cond, a, b) (or gj.where) to "
+           "select values, or mark the argument static with gj.jit(f, static_argnums=...) if it is a "
+           "configuration value.")
+
+
+class Tracer(ArrayOps):
+    __slots__ = ("graph", "value")
+
+    def __init__(self, graph, value):
+        self.graph = graph
+        self.value = value
+
+    shape = property(lambda self: self.value.shape)
+    dtype = property(lambda self: self.value.dtype)
+
+    def __repr__(self):
+        return f"Tracer({self.value!r})"
+
+    def _fail(self, what):
+        raise TracerValueError(_ADVICE.format(what=what), user_site())
+
+    def __bool__(self):
+        self._fail("`if`, `while`, `and`, `or`, `not` or bool() on a traced array")
+
+    def __float__(self):
+        self._fail("float() of a traced array")
+
+    def __int__(self):
+        self._fail("int() of a traced array")
+
+    def __index__(self):
+        self._fail("a traced array used as an index or size")
+
+    def item(self):
+        self._fail(".item() of a traced array")
+
+    def tolist(self):
+        self._fail(".tolist() of a traced array")
+
+    def __array__(self, dtype=None, copy=None):
+        self._fail("np.asarray() of a traced array (a NumPy function gradjit does not trace)")
+
+    def _const(self, array):
+        return constant(self.graph, array)
+
+    @classmethod
+    def _apply(cls, op_name, inputs, attrs):
+        g = next(x.graph for x in inputs if isinstance(x, Tracer))
+        op = get_op(op_name)
+        attrs = bind_attrs(op, attrs)
+        vals = []
+        for x in inputs:
+            if isinstance(x, Tracer):
+                if x.graph is not g:
+                    raise GradjitError(f"{op_name}: a traced value escaped from another trace "
+                                       f"(it was stored outside the function and reused)", user_site())
+                vals.append(x.value)
+            else:
+                vals.append(constant(g, np.asarray(x)).value)
+        site = g.site_override or user_site()
+        out_types = op.infer(vals, attrs)
+        outs = g.add_node(op_name, vals, attrs, out_types, site)
+        res = [Tracer(g, v) for v in outs]
+        return res[0] if len(res) == 1 else tuple(res)
+
+
+def constant(graph, array):
+    """A graph input fed with ``array`` at call time (not baked into source)."""
+    array = np.asarray(getattr(array, "data", array))
+    v = graph.add_input(array.shape, array.dtype)
+    graph.constants[v] = array
+    return Tracer(graph, v)
+
+
+def _as_tracer(graph, x):
+    return x if isinstance(x, Tracer) else constant(graph, x)
+
+
+def trace(args, name="jit"):
+    """A new graph with one input per array in ``args`` (``None`` entries are skipped)."""
+    g = Graph(name)
+    tracers, arg_values = [], []
+    for a in args:
+        if a is None:
+            tracers.append(None)
+            continue
+        a = np.asarray(a)
+        v = g.add_input(a.shape, a.dtype)
+        arg_values.append(v)
+        tracers.append(Tracer(g, v))
+    return g, tracers, arg_values
+
+
+def flatten_output(graph, out):
+    if isinstance(out, (tuple, list)):
+        vals = [_as_tracer(graph, o).value for o in out]
+        return vals, (type(out).__name__, len(out))
+    return [_as_tracer(graph, out).value], "single"
+
+
+def unflatten_output(tree, items):
+    if tree == "single":
+        return items[0]
+    kind, _ = tree
+    return tuple(items) if kind == "tuple" else list(items)
