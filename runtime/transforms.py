@@ -35,7 +35,7 @@ class _Transformed:
         self.fn = fn
         self.static = frozenset(_norm_argnums(static_argnums))
         self._compiled = {}
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 
     def _signature(self, args):
         return tuple(("s", a) if i in self.static else (np.shape(a), np.result_type(a).str)
