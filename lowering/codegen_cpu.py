@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradjit.lowering.schedule import Loop, reduced_dims, schedule
-from gradjit.tracer.ir import format_node
+from gradjit.tracer.ir import Node, format_node
+from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
 
@@ -64,12 +65,22 @@ class _Emitter:
             self.const_values.append(float(value))
             name = f"c{k}"
             self.const_vars[key] = name
-            self.prologue.append(f"    {name} = {_np_dtype(dtype)}(consts[{k}])  # {value!r}")
+            # No value in the comment: sources must not depend on constants.
+            self.prologue.append(f"    {name} = {_np_dtype(dtype)}(consts[{k}])")
         return self.const_vars[key]
 
     def emit(self, depth, text, node=None):
-        comment = f"  # {format_node(node)}" if node is not None else ""
+        comment = f"  # {_describe(node)}" if node is not None else ""
         self.lines.append("    " * depth + text + comment)
+
+
+def _describe(node):
+    """The IR line of ``node`` with scalar-constant values elided (they are ``consts``)."""
+    scalars = {a.name for a in get_op(node.op).schema.attr_args if a.type == "Scalar"}
+    shown = Node(node.op, node.inputs, {k: ("<const>" if k in scalars else v)
+                                        for k, v in node.attrs.items()})
+    shown.outputs = node.outputs
+    return format_node(shown).replace("'<const>'", "<const>")
 
 
 def _index(v, space):

@@ -1,0 +1,124 @@
+"""Compile-once behaviour, read from counters (never from clocks)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import gradjit as gj
+from gradjit.runtime import compiler
+
+
+def _delta(before):
+    after = gj.stats()
+    return {k: after[k] - before[k] for k in ("compiles", "disk_hits", "memory_hits")}
+
+
+def _step(w, x):
+    loss = (np.tanh(gj.tensor(x) * w + 0.5) ** 2).sum()
+    loss.backward()
+    return loss
+
+
+def test_same_structure_backward_compiles_once(rng):
+    w = gj.tensor(rng.normal(size=(7, 3)), requires_grad=True)
+    x = rng.normal(size=(7, 3))
+    before = gj.stats()
+    _step(w, x)
+    first = _delta(before)
+    assert first["compiles"] + first["disk_hits"] + first["memory_hits"] == 1
+    before = gj.stats()
+    for _ in range(3):
+        _step(w, rng.normal(size=(7, 3)))   # new values, same structure
+    assert _delta(before) == {"compiles": 0, "disk_hits": 0, "memory_hits": 3}
+    # Gradients accumulated over the four steps, as in torch.
+    assert w.grad.shape == (7, 3)
+
+
+def test_scalar_values_are_arguments_not_source(rng):
+    x = rng.normal(size=(5,))
+    grads = []
+    before = gj.stats()
+    for c in (2.0, 3.0, 4.5):
+        t = gj.tensor(x, requires_grad=True)
+        (t * c).sum().backward()
+        grads.append(t.grad.data)
+    d = _delta(before)
+    assert d["compiles"] + d["disk_hits"] <= 1          # one source, one compilation
+    for c, g in zip((2.0, 3.0, 4.5), grads):
+        np.testing.assert_allclose(g, np.full(5, c))
+
+
+def test_jit_grad_traces_once_per_signature(rng):
+    calls = []
+
+    def f(w, b):
+        calls.append(1)
+        return (np.tanh(w * 3.0 + b) ** 2).sum()
+
+    df = gj.grad(f, argnums=(0, 1))
+    w, b = rng.normal(size=10), rng.normal(size=10)
+    df(w, b)
+    df(w + 1, b)
+    df(w, b - 1)
+    assert len(calls) == 1
+    df(rng.normal(size=11), rng.normal(size=11))      # new shape: a new trace
+    assert len(calls) == 2
+    df(w.astype(np.float32), b.astype(np.float32))    # new dtype: a new trace
+    assert len(calls) == 3
+
+
+def test_generated_module_written_once_and_importable(rng):
+    x = rng.normal(size=(4,))
+    t = gj.tensor(x, requires_grad=True)
+    (t.sin() * t).sum().backward()
+    files = [f for f in os.listdir(compiler.cache_dir()) if f.startswith("gj_") and f.endswith(".py")]
+    assert files
+    mtimes = {f: os.stat(os.path.join(compiler.cache_dir(), f)).st_mtime_ns for f in files}
+    t2 = gj.tensor(x, requires_grad=True)
+    (t2.sin() * t2).sum().backward()
+    for f in files:
+        assert os.stat(os.path.join(compiler.cache_dir(), f)).st_mtime_ns == mtimes[f]
+    names = [m for m in sys.modules if m.startswith("gradjit_gen_")]
+    assert names and all(sys.modules[m].__file__.startswith(compiler.cache_dir()) for m in names)
+
+
+_CHILD = textwrap.dedent("""
+    import json, numpy as np, gradjit as gj
+    w = np.linspace(-1, 1, 12); x = np.linspace(0, 2, 12)
+    g = gj.grad(lambda w, x: (np.tanh(x * w + 0.1) ** 2).sum())(w, x)
+    t = gj.tensor(w, requires_grad=True)
+    (np.exp(t) * x).sum().backward()
+    print(json.dumps({"stats": gj.stats(), "g": g.tolist(), "t": t.grad.data.tolist()}))
+""")
+
+
+def _run_child(cache):
+    env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache))
+    env.pop("GRADJIT_EXECUTOR", None)
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
+                         check=True)
+    import json
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_fresh_process_with_warm_disk_cache_compiles_nothing(tmp_path):
+    first = _run_child(tmp_path)
+    assert first["stats"]["compiles"] == 2 and first["stats"]["disk_hits"] == 0
+    second = _run_child(tmp_path)
+    assert second["stats"]["compiles"] == 0
+    assert second["stats"]["disk_hits"] == 2
+    assert second["g"] == first["g"] and second["t"] == first["t"]
+
+
+def test_interpreter_and_compiled_agree(rng, monkeypatch):
+    w, x = rng.normal(size=(3, 4)), rng.normal(size=(5, 3))
+
+    def f(w, x):
+        return (np.tanh(x @ w).softmax(1) * np.arange(4.0)).sum()
+
+    compiled = gj.grad(f)(w, x)
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    interpreted = gj.grad(f)(w, x)
+    np.testing.assert_allclose(compiled, interpreted, rtol=1e-12, atol=1e-14)
