@@ -151,7 +151,7 @@ def _acc_init(node):
     return "0.0" if dt.kind == "f" else "0"
 
 
-def _loop(e, loop):
+def _loop(e, loop, inline):
     space = loop.shape
     r = len(space)
     regs = {}
@@ -159,6 +159,8 @@ def _loop(e, loop):
     def read(v):
         if v in regs:
             return regs[v]
+        if v in inline:
+            return _lit(inline[v], v.dtype)
         return f"v{v.id}" if v.ndim == 0 else _index(v, space)
 
     names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
@@ -250,9 +252,10 @@ def _stmt(e, node):
 
 def generate(graph, name="entry"):
     e = _Emitter(graph)
-    for step in schedule(graph):
+    steps, inline = schedule(graph)
+    for step in steps:
         if isinstance(step, Loop):
-            _loop(e, step)
+            _loop(e, step, inline)
         else:
             _stmt(e, step.node)
     ins = {v for v in graph.inputs}

@@ -11,8 +11,13 @@ Contract
 - Legality: a node joins an earlier loop only if every input is available
   when that loop runs (an elementwise member of it, or produced by an earlier
   step); a reduction's result is never read inside its own loop.
-- ``Loop.stores`` / ``Loop.reductions`` / ``materialized`` tell the emitter
-  what to allocate. Targets (CPU, CUDA) only render; they never regroup.
+- Values of ``zeros_like`` / ``ones_like`` (and expansions of them) that only
+  loops read are *inline constants*: no step computes them, readers use the
+  literal. This keeps a gradient seed from splitting forward and backward
+  loops.
+- ``schedule(graph) -> (steps, inline)``; ``Loop.stores`` / ``Loop.reductions``
+  tell the emitter what to allocate. Targets (CPU, CUDA) only render; they
+  never regroup.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 from gradjit.tracer.registry import get_op
 
 REDUCTIONS = {"sum.default", "sum.dim_IntList", "amax.default"}
+CONSTANT_OPS = {"zeros_like.default": 0, "ones_like.default": 1}
 
 
 @dataclass(eq=False)
@@ -59,11 +65,40 @@ def _space(node):
                               f"decomposed by lowering/passes.py before scheduling")
 
 
+def _inline_constants(graph):
+    users = graph.users()
+    outputs = set(graph.outputs)
+    inline = {}
+    for node in graph.nodes:
+        out = node.outputs[0]
+        if node.op in CONSTANT_OPS:
+            value = CONSTANT_OPS[node.op]
+        elif node.op == "expand.default" and node.inputs[0] in inline:
+            value = inline[node.inputs[0]]
+        else:
+            continue
+        if out not in outputs and all(_space(u) is not None for u in users.get(out, [])):
+            inline[out] = value
+    # Nodes read only by inline constants (e.g. the loss under a seed) are dead.
+    dead = set()
+    for node in reversed(graph.nodes):
+        out = node.outputs[0]
+        if out in inline or out in outputs:
+            continue
+        readers = [u.outputs[0] for u in users.get(out, [])]
+        if readers and all(r in inline or r in dead for r in readers):
+            dead.add(out)
+    return inline, dead
+
+
 def schedule(graph):
+    inline, dead = _inline_constants(graph)
     steps = []
     step_of = {}      # value -> index of the producing step
     elementwise_in = {}  # value -> Loop where it is a register (elementwise member)
     for node in graph.nodes:
+        if node.outputs[0] in inline or node.outputs[0] in dead:
+            continue
         space = _space(node)
         target = None
         if space is not None:
@@ -91,8 +126,9 @@ def schedule(graph):
                 elementwise_in[v] = steps[idx]
                 steps[idx].members.add(v)
     # Which register values must be stored: read by another step, or returned.
-    outputs = set(graph.outputs)
     for node in graph.nodes:
+        if node.outputs[0] in inline or node.outputs[0] in dead:
+            continue
         home = steps[step_of[node.outputs[0]]]
         for v in node.inputs:
             loop = elementwise_in.get(v)
@@ -102,5 +138,4 @@ def schedule(graph):
         loop = elementwise_in.get(v)
         if loop is not None and v not in loop.stores:
             loop.stores.append(v)
-    del outputs
-    return steps
+    return steps, inline

@@ -125,22 +125,31 @@ def load(source, signature):
 class Executable:
     """A compiled graph. ``__call__`` is the hot path: keep it thin."""
 
-    __slots__ = ("fn", "consts", "scalar_in", "out_dtypes", "graph", "source")
+    __slots__ = ("fn", "consts", "scalar_in", "out_dtypes", "graph", "source", "plain_in",
+                 "plain_out")
 
     def __init__(self, fn, consts, graph, source):
         self.fn, self.consts, self.graph, self.source = fn, consts, graph, source
         self.scalar_in = tuple(v.ndim == 0 for v in graph.inputs)
         self.out_dtypes = tuple(v.dtype if v.ndim == 0 else None for v in graph.outputs)
+        self.plain_in = not any(self.scalar_in)
+        self.plain_out = all(d is None for d in self.out_dtypes)
 
     def __call__(self, arrays):
-        args = [a[()] if s else a for a, s in zip(arrays, self.scalar_in)]
         try:
-            res = self.fn(*args, self.consts)
-        except TypeError:
-            # Non-contiguous, read-only or differently typed arrays: coerce once.
-            args = [np.array(a, dtype=v.dtype, order="C") if not s else v.dtype.type(a)
-                    for a, s, v in zip(args, self.scalar_in, self.graph.inputs)]
-            res = self.fn(*args, self.consts)
+            if self.plain_in:
+                res = self.fn(*arrays, self.consts)
+            else:
+                res = self.fn(*[a[()] if s else a for a, s in zip(arrays, self.scalar_in)],
+                              self.consts)
+        except (TypeError, IndexError):
+            # Non-contiguous, read-only, Python scalars or other dtypes: coerce, then call.
+            res = self.fn(*[np.array(a, dtype=v.dtype, order="C")[()] if s else
+                            np.array(a, dtype=v.dtype, order="C")
+                            for a, s, v in zip(arrays, self.scalar_in, self.graph.inputs)],
+                          self.consts)
+        if self.plain_out:
+            return res
         return [r if d is None else np.asarray(r, d) for r, d in zip(res, self.out_dtypes)]
 
 

@@ -38,22 +38,38 @@ class _Transformed:
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 
     def _signature(self, args):
-        return tuple(("s", a) if i in self.static else (np.shape(a), np.result_type(a).str)
-                     for i, a in enumerate(args))
+        sig = []
+        for i, a in enumerate(args):
+            if i in self.static:
+                sig.append(("static", a))
+            else:
+                a = np.asarray(a)
+                sig.append((a.shape, a.dtype))
+        return tuple(sig)
 
     def __call__(self, *args):
+        # Hot path: all arguments are arrays and nothing is static.
+        if not self.static and all(a.__class__ is np.ndarray for a in args):
+            sig = tuple([(a.shape, a.dtype) for a in args])
+            entry = self._compiled.get(sig)
+            if entry is not None:
+                exe, consts, tree = entry
+                return self._unpack(tree, exe(args + consts if consts else args))
+        return self._call_slow(args)
+
+    def _call_slow(self, args):
         if any(isinstance(a, Tracer) for a in args):
             return self._inline(args)
         try:
             sig = self._signature(args)
-            entry = self._compiled[sig]
-        except KeyError:
-            entry = self._compiled[sig] = self._build(args)
+            entry = self._compiled.get(sig)
         except TypeError:
             raise TypeError(f"{self.__name__}: static arguments must be hashable") from None
-        exe, n_const, consts, tree = entry
-        arrays = [a for i, a in enumerate(args) if i not in self.static]
-        return unflatten_output(tree, exe(arrays + consts) if n_const else exe(arrays))
+        if entry is None:
+            entry = self._compiled[sig] = self._build(args)
+        exe, consts, tree = entry
+        arrays = tuple(np.asarray(a) for i, a in enumerate(args) if i not in self.static)
+        return self._unpack(tree, exe(arrays + consts if consts else arrays))
 
     def _trace(self, args):
         g, tracers, arg_values = trace([None if i in self.static else a for i, a in enumerate(args)],
@@ -61,10 +77,11 @@ class _Transformed:
         call_args = [a if i in self.static else t for i, (a, t) in enumerate(zip(args, tracers))]
         return g, call_args, arg_values
 
-    def _finish(self, g, n_args):
-        consts = [g.constants[v] for v in g.inputs[n_args:]]
-        exe = compile_graph(optimize(g))
-        return exe, len(consts), consts
+    def _build(self, args):
+        g, call_args, arg_values = self._trace(args)
+        tree = self._trace_body(g, call_args, arg_values)
+        consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
+        return compile_graph(optimize(g)), consts, tree
 
     def graphs(self, *args):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""
@@ -82,10 +99,8 @@ class jit(_Transformed):
         g.outputs = vals
         return tree
 
-    def _build(self, args):
-        g, call_args, arg_values = self._trace(args)
-        tree = self._trace_body(g, call_args, arg_values)
-        return (*self._finish(g, len(arg_values)), tree)
+    def _unpack(self, tree, results):
+        return unflatten_output(tree, results)
 
     def _inline(self, args):
         return self.fn(*args)
@@ -135,20 +150,10 @@ class value_and_grad(_Transformed):
         flat = [grads] if self.single else list(grads)
         g.outputs = ([value.value] if self.with_value else []) + [t.value for t in flat]
 
-    def _build(self, args):
-        g, call_args, arg_values = self._trace(args)
-        self._trace_body(g, call_args, arg_values)
-        exe, n_const, consts = self._finish(g, len(arg_values))
-        return exe, n_const, consts, ("tuple", len(g.outputs))
-
-    def __call__(self, *args):
-        flat = super().__call__(*args)
-        if isinstance(flat, tuple) and not any(isinstance(a, Tracer) for a in args):
-            if self.with_value:
-                value, grads = flat[0], flat[1:]
-                return value, (grads[0] if self.single else tuple(grads))
-            return flat[0] if self.single else tuple(flat)
-        return flat
+    def _unpack(self, tree, results):
+        if self.with_value:
+            return results[0], (results[1] if self.single else tuple(results[1:]))
+        return results[0] if self.single else tuple(results)
 
     def _inline(self, args):
         value, grads = self._differentiate(list(args))
