@@ -146,7 +146,7 @@ def load(path=None, helpers=None):
             _fail(name, str(e))
         op = by_schema.get(_norm(name))
         if op is None:
-            _fail(name, f"no op with this schema in the op registry (gradjit/tracer/ops.py)"
+            _fail(name, "no op with this schema in the op registry (gradjit/tracer/ops.py)"
                         + (f"; the registered schema is {OPS[schema.name].schema.text!r}"
                            if schema.name in OPS else ""))
         if op.name in entries:

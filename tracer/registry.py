@@ -66,7 +66,7 @@ class GradjitError(Exception):
     def __init__(self, msg, site=None):
         self.site = site
         if site is not None:
-            msg = f"{msg}\n  recorded at {site}"
+            msg = f"{msg}\n  at {site}"
         super().__init__(msg)
 
 

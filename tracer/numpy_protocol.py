@@ -1,0 +1,92 @@
+"""NumPy protocols: which NumPy ufuncs and functions trace, and as what.
+
+Contract: ``array_ufunc`` / ``array_function`` implement ``__array_ufunc__`` /
+``__array_function__`` for ``ArrayOps`` (Tensor and Tracer) by mapping each
+supported NumPy callable to the torch-named op surface of ``tracer/api.py``.
+Anything else raises ``UnsupportedError`` naming the NumPy function, the
+supported list and the user's line; nothing silently falls back to NumPy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps, apply, binary, matmul, where
+from gradjit.tracer.registry import GradjitError, user_site
+
+
+def array_ufunc(ufunc, method, inputs, kwargs):
+    fn = _UFUNCS.get(ufunc)
+    if method != "__call__" or fn is None or kwargs:
+        _unsupported(f"np.{ufunc.__name__}" + (f".{method}" if method != "__call__" else "")
+                     + (f" with {sorted(kwargs)}" if kwargs else ""))
+    return fn(*inputs)
+
+
+def array_function(func, args, kwargs):
+    fn = _FUNCTIONS.get(func)
+    if fn is None:
+        _unsupported(f"np.{func.__name__}")
+    return fn(*args, **kwargs)
+
+
+class UnsupportedError(GradjitError, TypeError):
+    pass
+
+
+def _unsupported(what):
+    raise UnsupportedError(f"{what} is not supported on gradjit tensors yet; the supported NumPy "
+                           f"functions are: {', '.join(sorted(_NAMES))}", user_site())
+
+
+def _as_obj(x, like):
+    return x if isinstance(x, ArrayOps) else like._const(np.asarray(x))
+
+
+def _first(*xs):
+    return next(x for x in xs if isinstance(x, ArrayOps))
+
+
+def _unary_fn(name):
+    return lambda x: apply(f"{name}.default", [x], {})
+
+
+_UFUNCS = {
+    np.add: lambda a, b: binary("add", a, b), np.subtract: lambda a, b: binary("sub", a, b),
+    np.multiply: lambda a, b: binary("mul", a, b), np.true_divide: lambda a, b: binary("div", a, b),
+    np.power: lambda a, b: binary("pow", a, b), np.greater: lambda a, b: binary("gt", a, b),
+    np.less: lambda a, b: binary("lt", a, b), np.greater_equal: lambda a, b: binary("ge", a, b),
+    np.less_equal: lambda a, b: binary("le", a, b), np.equal: lambda a, b: binary("eq", a, b),
+    np.not_equal: lambda a, b: binary("ne", a, b),
+    np.negative: _unary_fn("neg"), np.absolute: _unary_fn("abs"), np.sign: _unary_fn("sign"),
+    np.exp: _unary_fn("exp"), np.log: _unary_fn("log"), np.sin: _unary_fn("sin"),
+    np.cos: _unary_fn("cos"), np.tanh: _unary_fn("tanh"), np.sqrt: _unary_fn("sqrt"),
+    np.reciprocal: _unary_fn("reciprocal"),
+    np.matmul: lambda a, b: matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b))),
+}
+
+
+def _np_reduce(name):
+    def fn(a, axis=None, keepdims=False, **kw):
+        if kw:
+            _unsupported(f"np.{name} with {sorted(kw)}")
+        return getattr(a, name)(axis, keepdims) if name != "amax" else a.amax(axis or (), keepdims)
+    return fn
+
+
+def _dot(a, b):
+    if a.ndim > 2 or b.ndim > 2:
+        _unsupported("np.dot on arrays with more than 2 dims (use np.matmul)")
+    return matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b)))
+
+
+_FUNCTIONS = {
+    np.sum: _np_reduce("sum"), np.mean: _np_reduce("mean"), np.amax: _np_reduce("amax"),
+    np.max: _np_reduce("amax"), np.dot: _dot,
+    np.transpose: lambda a, axes=None: a.T if axes is None else a.permute(axes),
+    np.reshape: lambda a, shape, **kw: a.reshape(shape),
+    np.squeeze: lambda a, axis=None: a.squeeze(axis),
+    np.expand_dims: lambda a, axis: a.unsqueeze(axis),
+    np.broadcast_to: lambda a, shape: a.expand(shape),
+    np.where: where,
+}
+_NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
