@@ -52,22 +52,18 @@ class _Emitter:
         self.graph = graph
         self.lines = []
         self.const_values = []
-        self.const_vars = {}
         self.prologue = []
         self.parallel = False
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
+        """A new ``consts`` slot per use: never shared by value, so the source cannot
+        depend on which constants happen to be equal."""
         dtype = np.result_type(np.dtype(dtype), value) if not isinstance(value, bool) else np.dtype(dtype)
-        key = (float(value).hex(), dtype.str)
-        if key not in self.const_vars:
-            k = len(self.const_values)
-            self.const_values.append(float(value))
-            name = f"c{k}"
-            self.const_vars[key] = name
-            # No value in the comment: sources must not depend on constants.
-            self.prologue.append(f"    {name} = {_np_dtype(dtype)}(consts[{k}])")
-        return self.const_vars[key]
+        k = len(self.const_values)
+        self.const_values.append(float(value))
+        self.prologue.append(f"    c{k} = {_np_dtype(dtype)}(consts[{k}])")
+        return f"c{k}"
 
     def emit(self, depth, text, node=None):
         comment = f"  # {_describe(node)}" if node is not None else ""

@@ -88,14 +88,14 @@ def _convert(n, entry, text):
     if isinstance(n, (ast.Tuple, ast.List)):
         return ("tuple", tuple(c(e) for e in n.elts))
     if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-        return ("index", n.value.id, c(n.slice))
+        return ("index", c(n.value)[1], c(n.slice))
     if isinstance(n, ast.Call):
         args = tuple(c(a) for a in n.args)
         kwargs = tuple((k.arg, c(k.value)) for k in n.keywords if k.arg)
         if len(kwargs) != len(n.keywords):
             _fail(entry, "**kwargs are not allowed", text)
         if isinstance(n.func, ast.Name):
-            return ("call", n.func.id, args, kwargs)
+            return ("call", c(n.func)[1], args, kwargs)
         if isinstance(n.func, ast.Attribute):
             if n.func.attr not in METHODS:
                 _fail(entry, f"unknown method .{n.func.attr}() (allowed: {', '.join(sorted(METHODS))})",

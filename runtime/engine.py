@@ -125,9 +125,11 @@ def _seeds(outputs, grad_outputs, name):
                                f"grad_fn")
         if g is None:
             if o.data.size != 1:
+                made_by = (f", the result of {o.grad_fn.op} ({o.grad_fn.name()})"
+                           if o.grad_fn is not None else "")
                 raise GradjitError("grad can be implicitly created only for scalar outputs "
-                                   f"(outputs[{i}] has shape {o.shape}); pass a gradient of that "
-                                   f"shape", o.grad_fn.site if o.grad_fn else None)
+                                   f"(outputs[{i}] has shape {o.shape}{made_by}); pass a gradient "
+                                   f"of that shape", o.grad_fn.site if o.grad_fn else None)
             seeds.append(np.ones(o.shape, o.dtype))
             continue
         g = np.asarray(getattr(g, "data", g), dtype=o.dtype)

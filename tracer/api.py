@@ -104,6 +104,11 @@ def matmul(a, b):
     if da == 0 or db == 0:
         raise ShapeError(f"matmul: both arguments to matmul need to be at least 1D, but they are "
                          f"{da}D and {db}D", user_site())
+    inner_a, inner_b = a.shape[-1], b.shape[-2] if db > 1 else b.shape[0]
+    if inner_a != inner_b:
+        raise ShapeError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
+                         f"({inner_a} != {inner_b}; inputs: {a.dtype}{list(a.shape)}, "
+                         f"{b.dtype}{list(b.shape)})", user_site())
     dt = np.result_type(a.dtype, b.dtype)
     a = a if a.dtype == dt else a.to(dt)
     b = b if b.dtype == dt else b.to(dt)

@@ -94,6 +94,7 @@ class Graph:
         # Graph inputs that are captured arrays (fed at call time, never baked
         # into generated source): Value -> ndarray.
         self.constants = {}
+        self.constant_ids = {}
 
     def _new_value(self, shape, dtype, node=None, index=0):
         v = Value(self, self._next_id, shape, dtype, node, index)

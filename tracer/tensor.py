@@ -280,5 +280,6 @@ def record_graph(roots):
             producers[v] = (fn, i)
     root_values = [values[(id(t.grad_fn), t._index)] if t.grad_fn is not None else leaf_value(t)
                    for t in roots]
+    g.outputs = list(root_values)
     leaf_tensors = [(v, producers[v]) for v in g.inputs]
     return RecordedGraph(g, root_values, leaf_tensors, order, producers)

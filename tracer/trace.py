@@ -96,8 +96,11 @@ class Tracer(ArrayOps):
 def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
-    v = graph.add_input(array.shape, array.dtype)
-    graph.constants[v] = array
+    v = graph.constant_ids.get(id(array))
+    if v is None or graph.constants[v] is not array:
+        v = graph.add_input(array.shape, array.dtype)
+        graph.constants[v] = array
+        graph.constant_ids[id(array)] = v  # one input per captured array (CSE sees it)
     return Tracer(graph, v)
 
 

@@ -1,0 +1,23 @@
+"""gradjit generated module: 5 IR nodes, graph 'elementwise_chain'."""
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+
+@numba.njit(cache=True, error_model="numpy")
+def entry(v0, v1, consts):
+    c0 = np.float64(consts[0])
+    c1 = np.float64(consts[1])
+    # loop over (8, 16): %2, %3, %4, %5, %6
+    v6 = np.empty((8, 16), np.float64)
+    for i0 in range(8):
+        for i1 in range(16):
+            t2 = v0[i0, i1] * v1[i1]  # %2:float64[8,16] = mul.Tensor(%0, %1)
+            t3 = t2 + c0  # %3:float64[8,16] = add.Scalar(%2, other=<const>, alpha=<const>)
+            t4 = math.tanh(t3)  # %4:float64[8,16] = tanh.default(%3)
+            t5 = t4 - v0[i0, i1]  # %5:float64[8,16] = sub.Tensor(%4, %0, alpha=<const>)
+            t6 = t5 * c1  # %6:float64[8,16] = mul.Scalar(%5, other=<const>)
+            v6[i0, i1] = t6
+    return (v6,)

@@ -1,0 +1,19 @@
+"""gradjit generated module: 3 IR nodes, graph 'matmul_broadcast'."""
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+
+@numba.njit(cache=True, error_model="numpy")
+def entry(v0, v1, v2, consts):
+    v3 = np.dot(v0, v1)  # %3:float64[4,3] = mm.default(%0, %1)
+    # loop over (4, 3): %4, %5
+    v5 = np.empty((4, 3), np.float64)
+    for i0 in range(4):
+        for i1 in range(3):
+            t4 = v3[i0, i1] + v2[i1]  # %4:float64[4,3] = add.Tensor(%3, %2, alpha=<const>)
+            t5 = 0.0 if t4 <= 0 else t4  # %5:float64[4,3] = relu.default(%4)
+            v5[i0, i1] = t5
+    return (v5,)

@@ -1,0 +1,18 @@
+"""gradjit generated module: 3 IR nodes, graph 'reduction'."""
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+
+@numba.njit(cache=True, error_model="numpy")
+def entry(v0, v1, consts):
+    # loop over (8, 16): %2, %3, %4
+    v4 = np.full((8,), 0.0, np.float64)
+    for i0 in range(8):
+        for i1 in range(16):
+            t2 = v0[i0, i1] - v1[i0, i1]  # %2:float64[8,16] = sub.Tensor(%0, %1, alpha=<const>)
+            t3 = t2 * t2  # %3:float64[8,16] = pow.Tensor_Scalar(%2, exponent=<const>)
+            v4[i0] += t3  # %4:float64[8] = sum.dim_IntList(%3, dim=(1,), keepdim=False)
+    return (v4,)
