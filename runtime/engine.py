@@ -16,6 +16,8 @@ Contract
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
@@ -83,7 +85,8 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph, allow_unused=True):
         wrt.append(index.get(id(t)))
     present = [w for w in wrt if w is not None]
     seed_types = tuple((s.shape, s.dtype) for s in seeds)
-    key = (rec.graph.key(), tuple(rec.graph.inputs.index(w) for w in present), seed_types)
+    key = (rec.graph.key(), tuple(rec.graph.inputs.index(w) for w in present), seed_types,
+           os.environ.get("GRADJIT_EXECUTOR"))  # a plan is compiled or interpreted
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS[key] = build_plan(rec, seed_types, present)
