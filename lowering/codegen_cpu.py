@@ -52,6 +52,7 @@ class _Emitter:
         self.graph = graph
         self.lines = []
         self.const_values = []
+        self.layout = {}  # Value -> "C" | "F" | "A" for statement outputs (others are C)
         self.prologue = []
         self.parallel = False
 
@@ -225,25 +226,45 @@ def _reshape(x, src, dst):
 
 
 def _stmt(e, node):
+    """Matmul and shape statements. ``e.layout`` tracks which arrays are C, F or
+    strided ('A'): np.dot on 'A' arrays costs seconds of Numba compile, so 2-D
+    transposes are ``.T`` views (F) and strided operands are made contiguous."""
     op, ins, out = node.op, node.inputs, node.outputs[0]
+    lay = e.layout
     a = [f"v{v.id}" for v in ins]
+    layout = "C"
     if op == "mm.default":
-        e.emit(1, f"v{out.id} = np.dot({a[0]}, {a[1]})", node)
+        args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
+        e.emit(1, f"v{out.id} = np.dot({args[0]}, {args[1]})", node)
     elif op == "bmm.default":
+        args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
+        for i, (x, y) in enumerate(zip(a, args)):
+            if x != y:
+                e.emit(1, f"{x}c = {y}")
+                a[i] = f"{x}c"
         e.emit(1, f"v{out.id} = np.empty({out.shape}, {_np_dtype(out.dtype)})", node)
         e.emit(1, f"for b in range({out.shape[0]}):")
         e.emit(2, f"v{out.id}[b] = np.dot({a[0]}[b], {a[1]}[b])")
-    elif op == "permute.default":
-        e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(node.attrs['dims'])})", node)
-    elif op in ("transpose.int", "t.default"):
+    elif op in ("permute.default", "transpose.int", "t.default"):
         perm = list(range(ins[0].ndim))
-        d0, d1 = (node.attrs["dim0"], node.attrs["dim1"]) if op == "transpose.int" else (0, 1)
-        perm[d0], perm[d1] = perm[d1], perm[d0]
-        e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
+        if op == "permute.default":
+            perm = list(node.attrs["dims"])
+        elif op == "transpose.int":
+            d0, d1 = node.attrs["dim0"], node.attrs["dim1"]
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+        else:
+            perm = [1, 0]
+        if ins[0].ndim == 2:
+            e.emit(1, f"v{out.id} = {a[0]}.T", node)
+            layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
+        else:
+            e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
+            layout = "A"
     elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
         e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out)}", node)
     else:
         raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
+    lay[out] = layout
 
 
 def generate(graph, name="entry"):
