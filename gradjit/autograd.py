@@ -1,5 +1,9 @@
 """``gj.autograd``: the torch.autograd-shaped API (thin wrappers, no logic)."""
-from gradjit.runtime.engine import backward, grad
-from gradjit.tracer.tensor import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from gradjit.runtime import function
+from gradjit.runtime.autograd import backward, grad
+from gradjit.runtime.function import Function, FunctionCtx, once_differentiable
+from gradjit.tracer.modes import (enable_grad, inference_mode, is_grad_enabled, no_grad,
+                                  set_grad_enabled)
 
-__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+__all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "function",
+           "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode"]

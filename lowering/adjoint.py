@@ -14,6 +14,11 @@ Contract
   twice accumulates; non-differentiable outputs stop the walk.
 - Because formulas are built from ordinary ops, the result can be fed to
   ``adjoint`` again (higher order).
+- Extension points for the runtime (which owns hooks and custom Functions):
+  ``rules`` maps an op name to ``rule(graph, node, grad_outs, mask) -> [Value |
+  None]`` used instead of a yaml entry; ``on_grad(value, cot) -> cot`` sees
+  each intermediate value's complete cotangent just before it flows into the
+  value's producer, and may replace it (hooks).
 """
 from __future__ import annotations
 
@@ -34,12 +39,12 @@ def entries():
 
 
 def _differentiable(entry, index, value):
-    od = entry.output_differentiability
+    od = getattr(entry, "output_differentiability", None)
     return value.dtype.kind == "f" and (od is None or od[index])
 
 
-def adjoint(graph, outputs, seeds, wrt):
-    table = entries()
+def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
+    table = dict(entries(), **(rules or {}))
     n_forward = len(graph.nodes)
     # Forward sweep: which values depend differentiably on wrt.
     active = set(wrt)
@@ -62,6 +67,10 @@ def adjoint(graph, outputs, seeds, wrt):
         if seed is not None and out in active:
             accumulate(out, seed)
     for node in reversed(graph.nodes[:n_forward]):
+        if on_grad is not None:
+            for v in node.outputs:
+                if v in cot:
+                    cot[v] = on_grad(v, cot[v])
         grad_outs = [cot.get(v) for v in node.outputs]
         if all(g is None for g in grad_outs):
             continue
@@ -74,7 +83,10 @@ def adjoint(graph, outputs, seeds, wrt):
                                f"derivatives.yaml", node.site)
         graph.site_override = node.site
         try:
-            grads = instantiate(entry, node, graph, grad_outs, mask)
+            if callable(entry):
+                grads = entry(graph, node, grad_outs, mask)
+            else:
+                grads = instantiate(entry, node, graph, grad_outs, mask)
             for v, g, m in zip(node.inputs, grads, mask):
                 if m and g is not None:
                     accumulate(v, g)

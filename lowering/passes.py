@@ -34,7 +34,14 @@ def _log_softmax(x, dim, half_to_float):
     return z - z.exp().sum(dim, keepdim=True).log()
 
 
+def _custom_function(*ins, function, n_in, tensor_args, ctx=None):
+    # A traced custom Function node: inputs are (its tensor arguments, the forward's
+    # results, traced inline); it returns the latter. Only its adjoint is special.
+    return tuple(ins[n_in:])
+
+
 DECOMPOSITIONS = {
+    "custom_function": _custom_function,
     "mean.default": lambda x: x.sum() / x.numel(),
     "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim) / _count(x.shape, dim),
     "_softmax.default": _softmax,

@@ -2,17 +2,21 @@
 
 Contract
 - The recorded history reachable from the outputs becomes a forward Graph
-  (``tracer.tensor.record_graph``); its structural key plus the positions of
-  the inputs asked for and the seed types select a *plan* from an in-memory
-  table. A miss runs the adjoint, cuts out the backward nodes (the forward
-  already ran eagerly), optimises and compiles them; a hit only gathers the
-  arrays the compiled backward reads and calls it. So a given graph
-  structure compiles once per process (and once per machine, via the disk
-  cache).
-- Semantics and messages follow ``torch.autograd``: implicit seeds only for
-  scalar outputs, accumulation into ``.grad`` of leaves, ``retain_graph``
-  (saved arrays are released after backward unless retained),
-  ``allow_unused``.
+  (``tracer.record``); its structural key, plus the positions of the values
+  asked for, the seed types, hook/retain positions and custom-Function
+  fingerprints, selects a *plan* from an in-memory table. A miss runs the
+  adjoint, cuts out the backward nodes (the forward already ran eagerly),
+  optimises and compiles them; a hit only gathers the arrays the compiled
+  backward reads and calls it. So a given graph structure compiles once per
+  process (and once per machine, via the disk cache).
+- Hooks on non-leaf tensors and opaque custom-Function backwards are
+  ``host_call`` nodes (``runtime/segments.py``); each call supplies that
+  step's own callables. Hooks on leaves run on the final gradient.
+- ``create_graph=True`` replays the backward graph through Tensor ops, so
+  the gradients carry history and can be differentiated again, to any order.
+- ``is_grads_batched=True`` runs one compiled backward over the batch of
+  seeds (``runtime/batched.py``).
+- Semantics and messages follow ``torch.autograd``.
 """
 from __future__ import annotations
 
@@ -22,18 +26,21 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import extract, optimize, prune_inputs
-from gradjit.runtime.compiler import STATS, compile_graph
-from gradjit.tracer.registry import GradjitError
-from gradjit.tracer.tensor import Tensor, record_graph
+from gradjit.runtime.compiler import STATS
+from gradjit.runtime.function import custom_rule, once_differentiable_rule
+from gradjit.runtime.segments import compile_segmented, host_call, replay
+from gradjit.tracer.record import record_graph
+from gradjit.tracer.tensor import Tensor
 
 _PLANS = {}
 
 
 class Plan:
-    __slots__ = ("exe", "feeds", "has_grad", "bwd_graph")
+    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched")
 
-    def __init__(self, exe, feeds, has_grad, bwd_graph):
-        self.exe, self.feeds, self.has_grad, self.bwd_graph = exe, feeds, has_grad, bwd_graph
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
 
 
 def _locate(graph, value):
@@ -43,23 +50,32 @@ def _locate(graph, value):
     return ("node", graph.nodes.index(value.node), value.index)
 
 
-def _resolve(rec, addr):
+def _value_at(rec, addr):
     g = rec.graph
-    v = g.inputs[addr[1]] if addr[0] == "in" else g.nodes[addr[1]].outputs[addr[2]]
-    return rec.array(v)
+    return g.inputs[addr[1]] if addr[0] == "in" else g.nodes[addr[1]].outputs[addr[2]]
 
 
-def build_plan(rec, seed_types, wrt):
+def build_plan(rec, seed_types, targets, batched=False):
     g = rec.graph
     n_forward = len(g.nodes)
     seeds = [g.add_input(s, d) for s, d in seed_types]
-    grads = adjoint(g, rec.roots, seeds, wrt)
+    slots = []
+    hooked = set(rec.hooked)
+
+    def on_grad(v, cot):
+        if v not in hooked:
+            return cot
+        slots.append(("hook", _locate(g, v)))
+        return host_call(g, [cot], [(v.shape, v.dtype)], len(slots) - 1)[0]
+
+    rules = {"custom_function": custom_rule(rec, slots),
+             "once_differentiable": once_differentiable_rule}
+    grads = adjoint(g, rec.roots, seeds, targets, rules, on_grad)
     outs = [x for x in grads if x is not None]
     bwd, feeds = extract(g, g.nodes[n_forward:], outs)
     bwd = optimize(bwd)
-    kept = prune_inputs(bwd)
     spec = []
-    for i in kept:
+    for i in prune_inputs(bwd):
         v = feeds[i]
         if v in seeds:
             spec.append(("seed", seeds.index(v)))
@@ -67,103 +83,93 @@ def build_plan(rec, seed_types, wrt):
             spec.append(("const", g.constants[v]))
         else:
             spec.append(_locate(g, v))
-    return Plan(compile_graph(bwd), spec, [x is not None for x in grads], bwd)
+    if batched:
+        from gradjit.runtime.batched import compile_batched
+        exe = compile_batched(bwd, [i for i, s in enumerate(spec) if s[0] == "seed"])
+    else:
+        exe = compile_segmented(bwd)
+    return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
+                bwd_graph=bwd, batched=batched)
 
 
-def run_backward(roots, seeds, wrt_tensors, retain_graph, allow_unused=True):
-    """Gradients (arrays or None) of sum(<seed, root>) w.r.t. ``wrt_tensors``
-    (``None``: every leaf that requires grad). Returns (wrt tensors, grads)."""
+def _hook_callback(hooks, create_graph):
+    def run(grad):
+        as_tensor = isinstance(grad, Tensor)
+        g = grad if as_tensor else Tensor(grad)
+        for h in list(hooks):
+            r = h(g)
+            if r is not None:
+                g = r if isinstance(r, Tensor) else Tensor(np.asarray(r, g.dtype))
+        if g.shape != grad.shape:
+            raise RuntimeError(f"hook returned a gradient of shape {g.shape}; expected {grad.shape}")
+        return [g if as_tensor else np.asarray(g.data, dtype=grad.dtype)]
+    return run
+
+
+def _callbacks(rec, plan, create_graph):
+    from gradjit.runtime.function import custom_callback
+    cbs = []
+    for kind, where in plan.slots:
+        if kind == "hook":
+            cbs.append(_hook_callback(rec.hooks(_value_at(rec, where)), create_graph))
+        else:
+            cbs.append(custom_callback(rec, rec.graph.nodes[where[0]], where[1], where[2],
+                                       create_graph))
+    return cbs
+
+
+def _tensor_for(rec, value):
+    src = rec.producers[value]
+    if isinstance(src, Tensor):
+        return src
+    fn, i = src
+    rec.array(value)  # version and freed checks
+    return Tensor(fn.out_data[i], grad_fn=fn, index=i, box=fn.versions[i][0])._mark(True)
+
+
+def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
+                 allow_unused=True, batched=False):
+    """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
+    requires grad). Returns (wrt tensors, grads, rec, retained grads)."""
+    if retain_graph is None:
+        retain_graph = create_graph
     rec = record_graph(roots)
     if wrt_tensors is None:
         wrt_tensors = [t for _, t in rec.leaves if t.requires_grad]
-    index = {id(t): v for v, t in rec.leaves}
-    wrt = []
-    for i, t in enumerate(wrt_tensors):
-        if t.grad_fn is not None:
-            raise GradjitError(f"inputs[{i}] is not a leaf tensor: gradients with respect to "
-                               f"intermediate tensors are not supported yet")
-        wrt.append(index.get(id(t)))
+    wrt = [rec.value_of(t) for t in wrt_tensors]
     present = [w for w in wrt if w is not None]
-    seed_types = tuple((s.shape, s.dtype) for s in seeds)
-    key = (rec.graph.key(), tuple(rec.graph.inputs.index(w) for w in present), seed_types,
+    retained = [v for v in rec.retained if v not in present]
+    targets = present + retained
+    seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
+    key = (rec.graph.key(), tuple(v.id for v in targets), seed_types, rec.extras_key(), batched,
            os.environ.get("GRADJIT_EXECUTOR"))  # a plan is compiled or interpreted
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = build_plan(rec, seed_types, present)
+        plan = _PLANS[key] = build_plan(rec, seed_types, targets, batched)
     else:
         STATS["memory_hits"] += 1
-    arrays = [seeds[a[1]] if a[0] == "seed" else a[1] if a[0] == "const" else _resolve(rec, a)
-              for a in plan.feeds]
-    results = iter(plan.exe(arrays))
-    by_value = {w: (next(results) if has else None) for w, has in zip(present, plan.has_grad)}
+    cbs = _callbacks(rec, plan, create_graph) if plan.slots else ()
+    if create_graph:
+        feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
+                 else _tensor_for(rec, _value_at(rec, a)) for a in plan.feeds]
+        feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
+        results = iter(replay(plan.bwd_graph, feeds, cbs))
+    else:
+        arrays = [np.asarray(getattr(seeds[a[1]], "data", seeds[a[1]])) if a[0] == "seed"
+                  else a[1] if a[0] == "const" else rec.array(_value_at(rec, a))
+                  for a in plan.feeds]
+        results = iter(plan.exe(arrays, cbs))
+    by_value = {v: (next(results) if has else None) for v, has in zip(targets, plan.targets)}
     if not retain_graph:
         for fn in rec.fns:
             fn.release()
     out = [None if w is None else by_value[w] for w in wrt]
-    if not allow_unused:
-        for i, g in enumerate(out):
-            if g is None:
-                raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
-                                   f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
-                                   f"the desired behavior.")
-    return wrt_tensors, out
-
-
-def _as_list(x):
-    if x is None:
-        return None
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def _seeds(outputs, grad_outputs, name):
-    grad_outputs = _as_list(grad_outputs) or [None] * len(outputs)
-    if len(grad_outputs) != len(outputs):
-        raise RuntimeError(f"{name}: got {len(grad_outputs)} gradients for {len(outputs)} outputs")
-    seeds = []
-    for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
-        if not isinstance(o, Tensor):
-            raise TypeError(f"{name}: outputs[{i}] is a {type(o).__name__}, not a gradjit Tensor")
-        if not o.requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a "
-                               f"grad_fn")
-        if g is None:
-            if o.data.size != 1:
-                made_by = (f", the result of {o.grad_fn.op} ({o.grad_fn.name()})"
-                           if o.grad_fn is not None else "")
-                raise GradjitError("grad can be implicitly created only for scalar outputs "
-                                   f"(outputs[{i}] has shape {o.shape}{made_by}); pass a gradient "
-                                   f"of that shape", o.grad_fn.site if o.grad_fn else None)
-            seeds.append(np.ones(o.shape, o.dtype))
-            continue
-        g = np.asarray(getattr(g, "data", g), dtype=o.dtype)
-        if g.shape != o.shape:
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and "
-                               f"output[{i}] has a shape of {o.shape}.")
-        seeds.append(g)
-    return seeds
-
-
-def backward(tensors, grad_tensors=None, retain_graph=None, inputs=None):
-    roots = _as_list(tensors)
-    seeds = _seeds(roots, grad_tensors, "backward")
-    wrt = None
-    if inputs is not None:
-        wrt = _as_list(inputs)
-        if not wrt:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-    wrt, grads = run_backward(roots, seeds, wrt, retain_graph)
-    for t, g in zip(wrt, grads):
-        if g is not None:
-            t.grad = Tensor(g) if t.grad is None else Tensor(t.grad.data + g)
-
-
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused=False):
-    roots = _as_list(outputs)
-    wrt = _as_list(inputs)
-    seeds = _seeds(roots, grad_outputs, "grad")
-    for i, t in enumerate(wrt):
-        if not isinstance(t, Tensor) or not t.requires_grad:
-            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require "
-                               f"grad")
-    _, grads = run_backward(roots, seeds, wrt, retain_graph, allow_unused)
-    return tuple(None if g is None else Tensor(g) for g in grads)
+    for i, (t, g) in enumerate(zip(wrt_tensors, out)):
+        if g is not None and t.grad_fn is None and t._hooks:
+            out[i] = _hook_callback(t._hooks, create_graph)(g)[0]
+        if g is None and not allow_unused:
+            raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
+                               f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
+                               f"the desired behavior.")
+    kept = [(rec.retainer(v), by_value[v]) for v in retained]
+    return wrt_tensors, out, kept

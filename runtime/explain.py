@@ -16,7 +16,8 @@ import numpy as np
 
 from gradjit.runtime.engine import build_plan
 from gradjit.runtime.transforms import _Transformed, grad
-from gradjit.tracer.tensor import Tensor, record_graph
+from gradjit.tracer.record import record_graph
+from gradjit.tracer.tensor import Tensor
 
 
 def explain(obj, *args, argnums=0, file=None):

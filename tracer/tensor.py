@@ -8,65 +8,25 @@ Contract
 - Edges point at the producing ``GradFn`` (non-leaf) or at the input
   ``Tensor`` itself (leaf or constant), never at intermediate Tensor objects,
   so freeing ``GradFn.out_data`` after backward really frees the saved arrays.
-- ``record_graph(roots)`` turns the recorded history into an IR ``Graph``
-  (nodes in recording order, so equal programs give equal structural keys)
-  plus the arrays that feed it. The backward engine lives in ``runtime/`` and
-  is attached as ``Tensor._engine`` at import time (stages import one way).
-- Grad mode (``no_grad``, ``enable_grad``, ``set_grad_enabled``) is thread-local.
+- ``tracer/record.py`` turns the recorded history into an IR ``Graph``. The
+  backward engine lives in ``runtime/`` and is attached as ``Tensor._engine``
+  at import time (stages import one way).
+- Hooks (``register_hook``) and ``retain_grad`` are stored where the engine
+  finds them: on a leaf Tensor, or on the producing ``GradFn`` (by output
+  index) for a non-leaf. Every array a GradFn saves carries a version box;
+  in-place ops bump it, and backward refuses values whose version changed.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
-import threading
 
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.ir import Graph
+from gradjit.tracer.modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
 
-_state = threading.local()
 _seq = itertools.count()
-
-
-def is_grad_enabled():
-    return getattr(_state, "enabled", True)
-
-
-class set_grad_enabled(contextlib.ContextDecorator):
-    def __init__(self, mode):
-        self.mode = bool(mode)
-        self.prev = is_grad_enabled()
-        _state.enabled = self.mode  # torch: takes effect on construction too
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        _state.enabled = self.prev
-        return False
-
-
-class _GradMode(contextlib.ContextDecorator):
-    mode = True
-
-    def __enter__(self):
-        self.prev = is_grad_enabled()
-        _state.enabled = self.mode
-        return self
-
-    def __exit__(self, *exc):
-        _state.enabled = self.prev
-        return False
-
-
-class no_grad(_GradMode):
-    mode = False
-
-
-class enable_grad(_GradMode):
-    mode = True
 
 
 def _backward_name(op):
@@ -77,15 +37,22 @@ def _backward_name(op):
 class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
-    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed")
+    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
+                 "hooks", "retains", "ctx", "versions")
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
         self.op, self.attrs, self.edges = op, attrs, edges
         self.out_types, self.out_data, self.site = out_types, out_data, site
         self.seq = next(_seq)
         self.freed = False
+        self.hooks = None     # {output index: [hook, ...]}
+        self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
+        self.ctx = None       # custom Function context
+        self.versions = None  # [(version box, version)] per output, set by the front end
 
     def name(self):
+        if self.ctx is not None:
+            return f"{self.attrs['function'].__name__}Backward"
         return _backward_name(self.op)
 
     def __repr__(self):
@@ -97,15 +64,18 @@ class GradFn:
 
 
 class Tensor(ArrayOps):
-    __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "__weakref__")
+    __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
+                 "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
 
-    def __init__(self, data, requires_grad=False, grad_fn=None, index=0):
+    def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
         self.data = data
         self.grad = None
         self.grad_fn = grad_fn
         self._index = index
         self._requires_grad = False
+        self._hooks = None
+        self._box = box if box is not None else [0]  # version counter, shared by aliases
         if requires_grad:
             self.requires_grad = True
 
@@ -142,7 +112,41 @@ class Tensor(ArrayOps):
         return self.data if dtype is None else self.data.astype(dtype)
 
     def detach(self):
-        return Tensor(self.data)
+        return Tensor(self.data, box=self._box)  # an alias: same data, same version counter
+
+    @property
+    def _version(self):
+        return self._box[0]
+
+    # -- hooks ----------------------------------------------------------------------------
+    def register_hook(self, hook):
+        """``hook(grad) -> Tensor or None`` runs when this tensor's gradient is computed;
+        a returned tensor replaces the gradient. Returns a handle with ``remove()``."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            hooks = self._hooks
+        else:
+            table = self.grad_fn.hooks = self.grad_fn.hooks or {}
+            hooks = table.setdefault(self._index, [])
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
+    def retain_grad(self):
+        """Keep ``.grad`` for this non-leaf tensor after backward (leaves always do)."""
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is not None:
+            import weakref
+            table = self.grad_fn.retains = self.grad_fn.retains or {}
+            table[self._index] = weakref.ref(self)
+
+    @property
+    def retains_grad(self):
+        fn = self.grad_fn
+        return bool(fn is not None and fn.retains and self._index in fn.retains)
 
     def item(self):
         if self.data.size != 1:
@@ -172,9 +176,9 @@ class Tensor(ArrayOps):
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
 
-    def backward(self, gradient=None, retain_graph=None, inputs=None):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         Tensor._engine.backward([self], None if gradient is None else [gradient],
-                                retain_graph, inputs)
+                                retain_graph, create_graph, inputs=inputs)
 
     # -- ops ------------------------------------------------------------------------------
     @classmethod
@@ -197,8 +201,10 @@ class Tensor(ArrayOps):
             return _one([Tensor(o) for o in outs])
         edges = [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in ts]
         fn = GradFn(op_name, attrs, edges, out_types, outs, user_site())
-        return _one([Tensor(o, grad_fn=fn, index=i)._mark(dt.kind == "f")
-                     for i, (o, (_, dt)) in enumerate(zip(outs, out_types))])
+        res = [Tensor(o, grad_fn=fn, index=i)._mark(dt.kind == "f")
+               for i, (o, (_, dt)) in enumerate(zip(outs, out_types))]
+        fn.versions = [(t._box, 0) for t in res]
+        return _one(res)
 
     def _mark(self, differentiable):
         if differentiable:
@@ -206,6 +212,15 @@ class Tensor(ArrayOps):
         else:
             self.grad_fn = None  # integer/bool outputs never carry gradients
         return self
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
 
 
 def _one(xs):
@@ -222,64 +237,3 @@ def tensor(data, requires_grad=False, dtype=None):
 def from_numpy(array):
     """A tensor sharing memory with ``array`` (as ``torch.from_numpy``)."""
     return Tensor(np.asarray(array))
-
-
-class RecordedGraph:
-    """The IR of recorded history; ``array(value)`` is the recorded array of any of
-    its values (a leaf's data or a saved op output)."""
-
-    def __init__(self, graph, roots, leaves, fns, producers):
-        self.graph, self.roots, self.leaves, self.fns = graph, roots, leaves, fns
-        self.producers = producers  # Value -> (GradFn, index) or Tensor
-
-    def array(self, value):
-        src = self.producers[value]
-        if isinstance(src, Tensor):
-            return src.data
-        fn, i = src
-        if fn.out_data is None:
-            raise RuntimeError(_FREED)
-        return fn.out_data[i]
-
-
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors "
-          "after they have already been freed). Saved intermediate values of the graph are freed "
-          "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
-          "backward through the graph a second time or if you need to access saved tensors after "
-          "calling backward.")
-
-
-def record_graph(roots):
-    """Build the forward IR reachable from ``roots`` (a list of Tensors)."""
-    fns, stack = {}, [t.grad_fn for t in roots if t.grad_fn is not None]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in fns:
-            continue
-        if fn.freed:
-            raise RuntimeError(_FREED)
-        fns[id(fn)] = fn
-        stack.extend(e[0] for e in fn.edges if isinstance(e, tuple))
-    order = sorted(fns.values(), key=lambda f: f.seq)
-    g = Graph("forward")
-    values, leaves, producers = {}, {}, {}
-
-    def leaf_value(t):
-        v = leaves.get(id(t))
-        if v is None:
-            v = g.add_input(t.data.shape, t.data.dtype)
-            leaves[id(t)] = v
-            producers[v] = t
-        return v
-
-    for fn in order:
-        ins = [values[(id(e[0]), e[1])] if isinstance(e, tuple) else leaf_value(e) for e in fn.edges]
-        outs = g.add_node(fn.op, ins, fn.attrs, fn.out_types, fn.site)
-        for i, v in enumerate(outs):
-            values[(id(fn), i)] = v
-            producers[v] = (fn, i)
-    root_values = [values[(id(t.grad_fn), t._index)] if t.grad_fn is not None else leaf_value(t)
-                   for t in roots]
-    g.outputs = list(root_values)
-    leaf_tensors = [(v, producers[v]) for v in g.inputs]
-    return RecordedGraph(g, root_values, leaf_tensors, order, producers)

@@ -4,7 +4,7 @@ import pytest
 
 import gradjit as gj
 from gradjit.tracer.ir import Graph, format_node
-from gradjit.tracer.tensor import record_graph
+from gradjit.tracer.record import record_graph
 from gradjit.tracer.trace import trace
 
 

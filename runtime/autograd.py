@@ -1,0 +1,128 @@
+"""``backward`` and ``grad``: torch.autograd's argument handling and messages.
+
+Contract: validate arguments exactly as ``torch.autograd`` does (same
+messages), turn ``grad_tensors`` / ``grad_outputs`` into seeds, call
+``engine.run_backward``, and deliver the results: accumulated into ``.grad``
+(``backward``, including retained non-leaf gradients) or returned as a tuple
+of Tensors (``grad``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from gradjit.runtime.engine import run_backward
+from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.tensor import Tensor
+
+
+def _as_list(x):
+    if x is None:
+        return None
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _seeds(outputs, grad_outputs, batched=False):
+    grad_outputs = _as_list(grad_outputs) or [None] * len(outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"got {len(outputs)} tensors and {len(grad_outputs)} gradients")
+    seeds = []
+    for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(o, Tensor):
+            raise TypeError(f"outputs[{i}] is a {type(o).__name__}, not a gradjit Tensor")
+        if not o.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a "
+                               f"grad_fn")
+        if g is None:
+            if batched:
+                raise RuntimeError("is_grads_batched=True requires every grad_output to be given")
+            if o.data.size != 1:
+                made_by = (f", the result of {o.grad_fn.op} ({o.grad_fn.name()})"
+                           if o.grad_fn is not None else "")
+                raise GradjitError("grad can be implicitly created only for scalar outputs "
+                                   f"(outputs[{i}] has shape {o.shape}{made_by}); pass a gradient "
+                                   f"of that shape", o.grad_fn.site if o.grad_fn else None)
+            seeds.append(np.ones(o.shape, o.dtype))
+            continue
+        if not isinstance(g, (Tensor, np.ndarray, float, int)):
+            raise TypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}")
+        arr = np.asarray(getattr(g, "data", g), dtype=o.dtype)
+        if batched and arr.shape[1:] != o.shape:
+            raise RuntimeError(
+                f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
+                f"as the batch dimension. The sizes of the remaining dimensions are expected to "
+                f"match the shape of corresponding output, but a mismatch was detected: "
+                f"grad_output[{i}] has a shape of {arr.shape} and output[{i}] has a shape of "
+                f"{o.shape}. If you only want some tensors in `grad_output` to be considered "
+                f"batched, consider using vmap.")
+        if not batched and arr.shape != o.shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {arr.shape} and "
+                               f"output[{i}] has a shape of {o.shape}.")
+        # Keep Tensors (their history matters with create_graph); arrays as arrays.
+        seeds.append(g if isinstance(g, Tensor) and g.dtype == o.dtype else arr)
+    return seeds
+
+
+def _accumulate(t, g):
+    if isinstance(g, Tensor):
+        t.grad = g if t.grad is None else t.grad + g
+    else:
+        t.grad = Tensor(np.array(g)) if t.grad is None else Tensor(t.grad.data + g)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+             grad_variables=None, inputs=None):
+    if grad_variables is not None:
+        warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError("'grad_tensors' and 'grad_variables' (deprecated) arguments both "
+                               "passed to backward(). Please only use 'grad_tensors'.")
+        grad_tensors = grad_variables
+    roots = _as_list(tensors)
+    seeds = _seeds(roots, grad_tensors)
+    wrt = None
+    if inputs is not None:
+        wrt = _as_list(inputs)
+        if not wrt:
+            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    wrt, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph)
+    for t, g in zip(wrt, grads):
+        if g is not None:
+            _accumulate(t, g)
+    for t, g in retained:
+        if t is not None and g is not None:
+            _accumulate(t, g)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         only_inputs=True, allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). "
+                      "To accumulate gradient for other parts of the graph, please use "
+                      "gradjit.autograd.backward.", stacklevel=2)
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if materialize_grads and not allow_unused:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
+                         "but got: allow_unused=False.")
+    roots = _as_list(outputs)
+    wrt = _as_list(inputs)
+    if not wrt:
+        raise RuntimeError("grad requires non-empty inputs.")
+    seeds = _seeds(roots, grad_outputs, is_grads_batched)
+    for i, t in enumerate(wrt):
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require "
+                               f"grad")
+    if is_grads_batched and create_graph:
+        raise NotImplementedError("is_grads_batched=True with create_graph=True is not supported")
+    _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
+                               batched=is_grads_batched)
+    out = []
+    for t, g in zip(wrt, grads):
+        if g is None and materialize_grads:
+            shape = ((seeds[0].shape[0],) if is_grads_batched else ()) + t.shape
+            g = np.zeros(shape, t.dtype)
+        out.append(None if g is None else g if isinstance(g, Tensor) else Tensor(g))
+    return tuple(out)

@@ -1,0 +1,339 @@
+"""Custom autograd Functions (``gj.autograd.Function``), as in torch.
+
+Contract
+- ``class F(Function)`` with static ``forward(ctx, *args)`` (or ``forward(*args)``
+  plus ``setup_context(ctx, inputs, output)``) and ``backward(ctx, *grads)``
+  (or ``vjp``; defining both is an error). ``F.apply(*args)`` runs forward
+  without recording and, when an input requires grad, records one node
+  (op ``custom_function``) whose backward node is named ``FBackward``.
+- Backward, in tensor mode: the user's ``backward`` is first *traced* with
+  tracers for the gradients and saved tensors, so it joins the compiled
+  backward graph (and is differentiable again). If it cannot be traced (it
+  calls NumPy on raw data, keeps arrays on ``ctx`` ...) or is marked
+  ``once_differentiable``, it runs as a Python callback between compiled
+  segments (``host_call``), with a one-time log message. The context's plain
+  attributes (numbers, strings, tuples) are part of the plan key; any other
+  attribute makes the backward opaque.
+- In ``gj.jit`` / ``gj.grad`` (tracer arguments), forward and backward are
+  both traced; the forward's ops are computed but not differentiated (the
+  node's rule is the user's backward).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+import numpy as np
+
+from gradjit.runtime.segments import host_call
+from gradjit.tracer.api import apply as _apply_op
+from gradjit.tracer.modes import is_grad_enabled, no_grad, set_grad_enabled
+from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.tensor import GradFn, Tensor
+from gradjit.tracer.trace import Tracer
+
+log = logging.getLogger("gradjit")
+_LOGGED = set()
+_PLAIN = (int, float, bool, str, type(None), np.dtype)
+
+
+class FunctionCtx:
+    _INTERNAL = {"to_save", "needs_input_grad", "non_differentiable", "materialize_grads",
+                 "dirty", "_saved", "_saved_map"}
+
+    def __init__(self):
+        self.to_save = ()
+        self.needs_input_grad = ()
+        self.non_differentiable = set()
+        self.materialize_grads = True
+        self.dirty = set()
+        self._saved = None
+        self._saved_map = None
+
+    def save_for_backward(self, *tensors):
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self):
+        if self._saved is None:
+            return tuple(self.to_save)
+        return tuple(self._saved)
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        self.dirty.update(id(t) for t in tensors)
+
+    def _user_attrs(self):
+        return {k: v for k, v in vars(self).items() if k not in self._INTERNAL}
+
+    def opaque(self):
+        return any(not _is_plain(v) for v in self._user_attrs().values())
+
+    def fingerprint(self):
+        if self.opaque():
+            return ("opaque",)
+        return (tuple(self.needs_input_grad), self.materialize_grads,
+                tuple(sorted(self._user_attrs().items())))
+
+
+def _is_plain(v):
+    if isinstance(v, (tuple, list)):
+        return all(_is_plain(x) for x in v)
+    return isinstance(v, _PLAIN)
+
+
+def once_differentiable(backward):
+    """First-order only: a double backward through this Function raises."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with no_grad():
+            return backward(ctx, *grads)
+    wrapper._gj_once_differentiable = True
+    return wrapper
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, ns):
+        super().__init__(name, bases, ns)
+        if "backward" in ns and "vjp" in ns:
+            raise TypeError("Implementing both 'backward' and 'vjp' for a custom Function is not "
+                            "allowed. You should only implement one of them.")
+        if "vjp" in ns:
+            cls.backward = ns["vjp"]
+
+
+class Function(metaclass=_FunctionMeta):
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("You must implement the forward function for custom "
+                                  "autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("You must implement either the backward or vjp method for your "
+                                  "custom autograd.Function to use it with backward mode AD.")
+
+    @classmethod
+    def _forward(cls, ctx, args):
+        if "setup_context" in {k for c in cls.__mro__[:-1] if c is not Function for k in vars(c)}:
+            out = cls.forward(*args)
+            cls.setup_context(ctx, args, out)
+            return out
+        return cls.forward(ctx, *args)
+
+    @classmethod
+    def apply(cls, *args):
+        if any(isinstance(a, Tracer) for a in args):
+            return _apply_traced(cls, args)
+        ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        with no_grad():
+            out = cls._forward(ctx, args)
+        single = not isinstance(out, tuple)
+        outs = [o if isinstance(o, Tensor) else Tensor(np.asarray(o)) for o in
+                ((out,) if single else out)]
+        if not (is_grad_enabled() and any(ctx.needs_input_grad)):
+            return outs[0] if single else tuple(outs)
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        for t in tensors:
+            if id(t) in ctx.dirty and t.grad_fn is None and t.requires_grad:
+                raise RuntimeError("a leaf Variable that requires grad has been used in an in-place "
+                                   "operation.")
+        edges = [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in tensors]
+        in_pos = {id(t): i for i, t in enumerate(tensors)}
+        out_pos = {id(o): j for j, o in enumerate(outs)}
+        saved_map, extra = [], []
+        for s in ctx.to_save:
+            if s is None:
+                saved_map.append(None)
+            elif id(s) in out_pos:
+                saved_map.append(("out", out_pos[id(s)]))
+            elif id(s) in in_pos:
+                saved_map.append(("in", in_pos[id(s)]))
+            else:
+                saved_map.append(("extra", len(extra)))
+                extra.append(s)
+        edges += [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in extra]
+        attrs = {"function": cls, "n_in": len(tensors),
+                 "tensor_args": tuple(isinstance(a, Tensor) for a in args)}
+        fn = GradFn("custom_function", attrs, edges, [(o.shape, o.dtype) for o in outs],
+                    [o.data for o in outs], user_site())
+        fn.ctx = ctx
+        ctx._saved_map = saved_map
+        res = []
+        for j, o in enumerate(outs):
+            if id(o) in ctx.dirty:
+                o.grad_fn, o._index = fn, j
+                o._box[0] += 1
+            else:
+                o = Tensor(o.data, grad_fn=fn, index=j, box=o._box)
+            if id(outs[j]) in ctx.non_differentiable or o.dtype.kind != "f":
+                o.grad_fn = None
+            else:
+                o._requires_grad = True
+            res.append(o)
+        fn.versions = [(o._box, o._box[0]) for o in res]
+        ctx._saved = [None if m is None else res[m[1]] if m[0] == "out" else
+                      tensors[m[1]] if m[0] == "in" else extra[m[1]] for m in saved_map]
+        return res[0] if single else tuple(res)
+
+
+def _apply_traced(cls, args):
+    ctx = FunctionCtx()
+    ctx.needs_input_grad = tuple(isinstance(a, Tracer) and a.dtype.kind == "f" for a in args)
+    out = cls._forward(ctx, args)
+    single = not isinstance(out, tuple)
+    outs = list((out,) if single else out)
+    g = next(a.graph for a in args if isinstance(a, Tracer))
+    outs = [o if isinstance(o, Tracer) else Tracer(g, g.add_input(np.shape(o), np.asarray(o).dtype))
+            for o in outs]
+    tracers = [a for a in args if isinstance(a, Tracer)]
+    attrs = {"function": cls, "n_in": len(tracers), "ctx": ctx,
+             "tensor_args": tuple(isinstance(a, Tracer) for a in args)}
+    vals = g.add_node("custom_function", [t.value for t in tracers] + [o.value for o in outs],
+                      attrs, [(o.shape, o.dtype) for o in outs], g.site_override or user_site())
+    res = [Tracer(g, v) for v in vals]
+    return res[0] if single else tuple(res)
+
+
+def _per_tensor(cls, res, tensor_args):
+    res = res if isinstance(res, tuple) else (res,)
+    if len(res) != len(tensor_args):
+        raise RuntimeError(f"function {cls.__name__}Backward returned an incorrect number of "
+                           f"gradients (expected {len(tensor_args)}, got {len(res)})")
+    return [r for r, is_t in zip(res, tensor_args) if is_t]
+
+
+class _TracedCtx:
+    """What the user's backward sees while it is traced: the real context's attributes,
+    with saved tensors replaced by tracers of the corresponding graph values."""
+
+    def __init__(self, ctx, saved, needs):
+        self.__dict__.update(ctx._user_attrs())
+        self.saved_tensors = tuple(saved)
+        self.needs_input_grad = needs
+        self.materialize_grads = ctx.materialize_grads
+
+
+def custom_rule(rec, slots):
+    """The adjoint rule for ``custom_function`` nodes (see ``lowering.adjoint``)."""
+
+    def rule(graph, node, grad_outs, mask):
+        cls, n_in = node.attrs["function"], node.attrs["n_in"]
+        ctx = node.attrs.get("ctx") or rec.ctx(node)
+        outs = [Tracer(graph, v) for v in node.outputs]
+        needs = _expand_needs(node.attrs["tensor_args"], mask[:n_in])
+        once = getattr(cls.backward, "_gj_once_differentiable", False)
+        if rec is None or not (once or ctx.opaque()):
+            if rec is None:
+                saved = ctx.to_save
+            else:
+                saved = [None if m is None else outs[m[1]] if m[0] == "out" else
+                         Tracer(graph, node.inputs[m[1] if m[0] == "in" else n_in + m[1]])
+                         for m in ctx._saved_map]
+            grads = [Tracer(graph, g) if g is not None else
+                     (_apply_op("zeros_like.default", [o], {}) if ctx.materialize_grads else None)
+                     for g, o in zip(grad_outs, outs)]
+            try:
+                res = cls.backward(_TracedCtx(ctx, saved, needs), *grads)
+                res = _per_tensor(cls, res, node.attrs["tensor_args"])
+                values = [r.value if isinstance(r, Tracer) else None for r in res]
+                if all(isinstance(r, Tracer) or r is None for r in res):
+                    return values + [None] * (len(node.inputs) - n_in)
+                raise TypeError("backward returned non-tensor gradients")
+            except (GradjitError, TypeError, ValueError, AttributeError) as e:
+                if rec is None:
+                    raise GradjitError(f"custom Function {cls.__name__}: its backward could not be "
+                                       f"traced ({e}); inside gj.jit / gj.grad a custom backward "
+                                       f"must use gradjit ops", node.site) from e
+                _log_once(cls, f"could not be traced ({type(e).__name__}: {e})")
+        else:
+            _log_once(cls, "is once_differentiable" if once else "keeps non-tensor state on ctx")
+        need_idx = [i for i in range(n_in) if mask[i]]
+        defined = tuple(g is not None for g in grad_outs)
+        slots.append(("custom", (rec.graph.nodes.index(node), tuple(need_idx), defined)))
+        res = host_call(graph, [g for g in grad_outs if g is not None],
+                        [(node.inputs[i].shape, node.inputs[i].dtype) for i in need_idx],
+                        len(slots) - 1)
+        values = [None] * len(node.inputs)
+        for i, v in zip(need_idx, res):
+            values[i] = v
+        return values
+    return rule
+
+
+def _expand_needs(tensor_args, mask):
+    it = iter(mask)
+    return tuple(bool(next(it)) if is_t else False for is_t in tensor_args)
+
+
+def _log_once(cls, why):
+    if cls not in _LOGGED:
+        _LOGGED.add(cls)
+        log.warning("gradjit: the backward of custom Function %s %s; it runs as a Python callback "
+                    "between compiled segments", cls.__name__, why)
+
+
+def custom_callback(rec, node, need_idx, defined, create_graph):
+    """The Python callable behind a custom Function's ``host_call`` for this step;
+    its inputs are the defined output gradients (``defined`` marks which)."""
+    cls, ctx = node.attrs["function"], rec.ctx(node)
+    out_types = [(v.shape, v.dtype) for v in node.outputs]
+    once = getattr(cls.backward, "_gj_once_differentiable", False)
+
+    def run(*given):
+        as_tensor = any(isinstance(d, Tensor) for d in given)
+        it = iter(given)
+        grads = []
+        for j, d in enumerate(defined):
+            if d:
+                g = next(it)
+                grads.append(g if isinstance(g, Tensor) else Tensor(np.asarray(g)))
+            else:
+                grads.append(Tensor(np.zeros(*out_types[j])) if ctx.materialize_grads else None)
+        with set_grad_enabled(create_graph and not once):
+            res = cls.backward(ctx, *grads)
+        res = _per_tensor(cls, res, node.attrs["tensor_args"])
+        out = []
+        for i in need_idx:
+            r = res[i]
+            shape, dt = node.inputs[i].shape, node.inputs[i].dtype
+            r = Tensor(np.zeros(shape, dt)) if r is None else (
+                r if isinstance(r, Tensor) else Tensor(np.asarray(r, dt)))
+            if tuple(r.shape) != tuple(shape):
+                raise RuntimeError(f"Function {cls.__name__}Backward returned an invalid gradient "
+                                   f"at index {i} - got {list(r.shape)} but expected shape "
+                                   f"compatible with {list(shape)}")
+            out.append(r)
+        if as_tensor and once and create_graph:
+            out = _poison(out, [g for g in grads if g is not None and g.requires_grad], cls)
+        return out if as_tensor else [np.asarray(r.data, dtype=node.inputs[i].dtype)
+                                      for r, i in zip(out, need_idx)]
+    return run
+
+
+def _poison(outs, grad_inputs, cls):
+    """Results of a once_differentiable backward under create_graph: differentiating
+    them again raises (as torch)."""
+    if not grad_inputs:
+        return outs
+    edges = [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in grad_inputs]
+    fn = GradFn("once_differentiable", {"function": cls}, edges,
+                [(o.shape, o.dtype) for o in outs], [o.data for o in outs], user_site())
+    res = [Tensor(o.data, grad_fn=fn, index=i)._mark(True) for i, o in enumerate(outs)]
+    fn.versions = [(r._box, r._box[0]) for r in res]
+    return res
+
+
+def once_differentiable_rule(graph, node, grad_outs, mask):
+    raise GradjitError("trying to differentiate twice a function that was marked with "
+                       "@once_differentiable", node.site)

@@ -1,0 +1,72 @@
+"""Grad modes: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
+
+Contract: thread-local flags read by the eager front end when it decides
+whether to record an op. Each mode is a context manager and a decorator.
+``inference_mode`` also disables recording, and tensors created under it are
+marked as inference tensors (they can never join a recorded graph later).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled():
+    return getattr(_state, "enabled", True)
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    def __init__(self, mode):
+        self.mode = bool(mode)
+        self.prev = is_grad_enabled()
+        _state.enabled = self.mode  # torch: takes effect on construction too
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+
+class _GradMode(contextlib.ContextDecorator):
+    mode = True
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.enabled = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+
+class no_grad(_GradMode):
+    mode = False
+
+
+class enable_grad(_GradMode):
+    mode = True
+
+
+def is_inference_mode_enabled():
+    return getattr(_state, "inference", False)
+
+
+class inference_mode(contextlib.ContextDecorator):
+    def __init__(self, mode=True):
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self.prev = (is_grad_enabled(), is_inference_mode_enabled())
+        if self.mode:
+            _state.enabled = False
+        _state.inference = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled, _state.inference = self.prev
+        return False
