@@ -11,6 +11,7 @@ This package is the public facade only: re-exports, no logic.
 from gradjit import autograd
 from gradjit.runtime.compiler import cache_dir, reset_stats, stats
 from gradjit.runtime.explain import explain
+from gradjit.runtime.jacobians import hessian, jacfwd, jacrev, jvp
 from gradjit.runtime.transforms import grad, jit, value_and_grad
 from gradjit.tracer.modes import inference_mode
 from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
@@ -20,6 +21,6 @@ from gradjit.runtime import autograd as _engine
 Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
 
 __version__ = "0.1.0"
-__all__ = ["autograd", "jit", "grad", "value_and_grad", "explain", "tensor", "from_numpy",
+__all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",
            "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where",
            "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]

@@ -7,3 +7,7 @@ from gradjit.tracer.modes import (enable_grad, inference_mode, is_grad_enabled, 
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "function",
            "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode"]
+from gradjit.runtime import functional  # noqa: E402
+from gradjit.runtime.checks import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
+
+__all__ += ["functional", "gradcheck", "gradgradcheck", "GradcheckError"]

@@ -33,6 +33,7 @@ import numba
 import numpy as np
 from numba.core.errors import NumbaPerformanceWarning
 
+from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import generate
 from gradjit.tracer.interp import interpret
 
@@ -93,10 +94,10 @@ def _numba_type(v):
     return numba.types.Array(t, v.ndim, "C") if v.ndim else t
 
 
-def load(source, signature):
-    """The compiled dispatcher of ``source`` for ``signature`` (counted in STATS)."""
+def load(source, signature, name="entry"):
+    """The compiled dispatcher ``name`` of ``source`` for ``signature`` (counted in STATS)."""
     h = hashlib.sha256(source.encode()).hexdigest()[:32]
-    key = (h, signature)
+    key = (h, signature, name)
     disp = _LOADED.get(key)
     if disp is not None:
         STATS["memory_hits"] += 1
@@ -106,7 +107,7 @@ def load(source, signature):
     t0 = time.perf_counter()
     with file_lock(os.path.join(d, ".lock")):
         _write_once(path, source)
-        disp = _import(path, f"gradjit_gen_{h}").entry
+        disp = getattr(_import(path, f"gradjit_gen_{h}"), name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
         with warnings.catch_warnings():
@@ -164,9 +165,36 @@ class Interpreted:
         return [np.array(r) for r in interpret(self.graph, [np.asarray(a) for a in arrays])]
 
 
-def compile_graph(graph):
+def compile_graph(graph, batched=None):
+    """An executable for ``graph``; with ``batched`` (input indices), those inputs carry a
+    leading batch dimension and every output gains one (see lowering/codegen_batched)."""
     if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
-        return Interpreted(graph)
+        return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
     gen = generate(graph)
-    sig = tuple(_numba_type(v) for v in graph.inputs) + (numba.types.Array(numba.float64, 1, "C"),)
-    return Executable(load(gen.source, sig), gen.consts, graph, gen.source)
+    types = [_numba_type(v) for v in graph.inputs]
+    consts_t = numba.types.Array(numba.float64, 1, "C")
+    if batched is None:
+        return Executable(load(gen.source, tuple(types) + (consts_t,)), gen.consts, graph,
+                          gen.source)
+    src = batched_source(graph, gen.source, batched)
+    for i in batched:
+        v = graph.inputs[i]
+        types[i] = numba.types.Array(numba.from_dtype(v.dtype), v.ndim + 1, "C")
+    exe = Executable(load(src, tuple(types) + (consts_t,), "entry_batched"), gen.consts, graph, src)
+    exe.scalar_in = tuple(s and i not in batched for i, s in enumerate(exe.scalar_in))
+    exe.plain_in = not any(exe.scalar_in)
+    exe.out_dtypes = (None,) * len(graph.outputs)
+    exe.plain_out = True
+    return exe
+
+
+class InterpretedBatched(Interpreted):
+    def __init__(self, graph, batched):
+        super().__init__(graph)
+        self.batched = set(batched)
+
+    def __call__(self, arrays):
+        n = len(arrays[min(self.batched)])
+        rows = [super(InterpretedBatched, self).__call__(
+            [a[k] if i in self.batched else a for i, a in enumerate(arrays)]) for k in range(n)]
+        return [np.stack([r[j] for r in rows]) for j in range(len(self.graph.outputs))]

@@ -82,14 +82,16 @@ class _Transformed:
         g, call_args, arg_values = self._trace(args)
         tree = self._trace_body(g, call_args, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
-        return compile_graph(optimize(g)), consts, tree
+        # Jacobian transforms feed a batch of seeds through one compiled loop.
+        batched = getattr(g, "batched_inputs", None)
+        return compile_graph(optimize(g), batched=batched), consts, tree
 
     def graphs(self, *args):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""
         g, call_args, arg_values = self._trace(args)
         self._trace_body(g, call_args, arg_values)
         opt = optimize(g)
-        return g, opt, compile_graph(opt).source
+        return g, opt, compile_graph(opt, batched=getattr(g, "batched_inputs", None)).source
 
 
 class jit(_Transformed):

@@ -1,0 +1,189 @@
+"""JAX-style Jacobian transforms: ``jacrev``, ``jacfwd``, ``hessian``, ``jvp``.
+
+Contract
+- ``jacrev(f, argnums)(*args)``: the Jacobian of ``f`` (any float output
+  shape) w.r.t. each differentiated argument, shaped ``out.shape +
+  arg.shape``; one reverse pass per output element, all of them in one
+  compiled call (the seeds are the rows of an identity matrix, looped over
+  inside the compiled code).
+- ``jacfwd``: the same Jacobian by forward-mode products J e_j over the input
+  basis, batched the same way. Forward products come from the reverse-mode
+  formulas by the double-backward identity (J t is the gradient w.r.t. u of
+  <J^T u, t>, linear in u), exact, no finite differences.
+- ``hessian(f) = jacfwd(grad(f))``; ``jvp(f, primals, tangents) -> (f(primals),
+  J tangents)``.
+- Called with tracers (nested in another transform) they trace inline.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.lowering.adjoint import adjoint
+from gradjit.runtime.function import custom_rule
+from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
+from gradjit.tracer.api import apply
+from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.trace import Tracer
+
+
+def _rules():
+    return {"custom_function": custom_rule(None, None)}
+
+
+def _vjp(g, out, seed, xs):
+    """Tracers of J^T seed w.r.t. each x (zeros where independent)."""
+    res = adjoint(g, [out.value], [seed.value], [x.value for x in xs], _rules())
+    return [Tracer(g, r) if r is not None else apply("zeros_like.default", [x], {})
+            for x, r in zip(xs, res)]
+
+
+def _jvp(g, out, xs, tangents):
+    """Tracers of J t (one per tangent), by differentiating the VJP in its seed."""
+    u = Tracer(g, g.add_input(out.shape, out.dtype))
+    g.constants[u.value] = np.zeros(out.shape, out.dtype)  # any value: the VJP is linear in u
+    vjps = _vjp(g, out, u, xs)
+    s = None
+    for v, t in zip(vjps, tangents):
+        term = (v * t).sum()
+        s = term if s is None else s + term
+    (jt,) = _vjp(g, s, apply("ones_like.default", [s], {}), [u])
+    return jt
+
+
+class _Jac(_Transformed):
+    def __init__(self, fn, argnums=0, static_argnums=()):
+        super().__init__(fn, static_argnums)
+        self.argnums = _norm_argnums(argnums)
+        self.single = isinstance(argnums, int)
+
+    def _diff_args(self, call_args):
+        xs = []
+        for i in self.argnums:
+            a = call_args[i]
+            if not isinstance(a, Tracer) or a.dtype.kind != "f":
+                raise GradjitError(f"gj.{type(self).__name__}: can only differentiate with respect "
+                                   f"to floating-point arrays (argument {i})")
+            xs.append(a)
+        return xs
+
+    def _output(self, call_args):
+        out = self.fn(*call_args)
+        if not isinstance(out, Tracer) or out.dtype.kind != "f":
+            raise GradjitError(f"gj.{type(self).__name__}: the function must return one "
+                               f"floating-point array")
+        return out
+
+    def _unpack(self, tree, results):
+        shapes = tree
+        res = [r.reshape(s) for r, s in zip(results, shapes)]
+        return res[0] if self.single else tuple(res)
+
+
+class jacrev(_Jac):
+    def _trace_body(self, g, call_args, arg_values):
+        xs = self._diff_args(call_args)
+        out = self._output(call_args)
+        n = max(out.value.size, 1)
+        seed = Tracer(g, g.add_input(out.shape, out.dtype))
+        g.constants[seed.value] = np.eye(n, dtype=out.dtype).reshape((n,) + out.shape)
+        g.batched_inputs = [g.inputs.index(seed.value)]
+        g.outputs = [r.value for r in _vjp(g, out, seed, xs)]
+        return [out.shape + x.shape for x in xs]
+
+    def _inline(self, args):
+        xs, out = self._diff_args(list(args)), self._output(list(args))
+        g = out.graph
+        rows = []
+        for k in range(max(out.value.size, 1)):
+            e = np.zeros(out.value.size, out.dtype)
+            e[k] = 1
+            rows.append(_vjp(g, out, out._const(e.reshape(out.shape)), xs))
+        res = [_stack([r[j] for r in rows], out.shape + x.shape) for j, x in enumerate(xs)]
+        return res[0] if self.single else tuple(res)
+
+
+class jacfwd(_Jac):
+    def _trace_body(self, g, call_args, arg_values):
+        xs = self._diff_args(call_args)
+        out = self._output(call_args)
+        shapes = []
+        outs = []
+        for x in xs:
+            n = max(x.value.size, 1)
+            t = Tracer(g, g.add_input(x.shape, x.dtype))
+            g.constants[t.value] = np.eye(n, dtype=x.dtype).reshape((n,) + x.shape)
+            g.batched_inputs = [g.inputs.index(t.value)]
+            tangents = [t if y is x else apply("zeros_like.default", [y], {}) for y in xs]
+            outs.append(_jvp(g, out, xs, tangents).value)
+            shapes.append((x.shape, out.shape))
+        if len(xs) > 1:
+            raise GradjitError("gj.jacfwd: one differentiated argument at a time for now "
+                               "(pass argnums=<int>)")
+        g.outputs = outs
+        return shapes
+
+    def _unpack(self, tree, results):
+        (xshape, oshape), r = tree[0], results[0]
+        n_in = int(np.prod(xshape))
+        m = r.reshape((n_in, int(np.prod(oshape)))).T
+        return m.reshape(oshape + xshape)
+
+    def _inline(self, args):
+        return jacrev(self.fn, self.argnums[0] if self.single else self.argnums)._inline(args)
+
+
+def _stack(rows, shape):
+    flat = [r.reshape((1, -1)) for r in rows]
+    n = len(flat)
+    acc = None
+    for k, r in enumerate(flat):
+        sel = np.zeros((n, 1), r.dtype)
+        sel[k, 0] = 1
+        term = r._const(sel) @ r
+        acc = term if acc is None else acc + term
+    return acc.reshape(shape)
+
+
+def hessian(fn, argnums=0, static_argnums=()):
+    """The Hessian of a scalar function: ``jacfwd(grad(fn))``."""
+    if not isinstance(argnums, int):
+        raise GradjitError("gj.hessian: pass one argnum (an int)")
+    return jacfwd(grad(fn, argnums=argnums, static_argnums=static_argnums), argnums=argnums,
+                  static_argnums=static_argnums)
+
+
+class jvp_fn(_Transformed):
+    """``jvp(f)(primals..., tangents...)``: used by :func:`jvp`."""
+
+    def __init__(self, fn, n):
+        super().__init__(fn)
+        self.n = n
+
+    def _trace_body(self, g, call_args, arg_values):
+        xs, ts = call_args[:self.n], call_args[self.n:]
+        out = self.fn(*xs)
+        g.outputs = [out.value, _jvp(g, out, list(xs), list(ts)).value]
+        return None
+
+    def _unpack(self, tree, results):
+        return results[0], results[1]
+
+    def _inline(self, args):
+        xs, ts = list(args[:self.n]), list(args[self.n:])
+        out = self.fn(*xs)
+        return out, Tracer(out.graph, _jvp(out.graph, out, xs, ts).value)
+
+
+_JVP_CACHE = {}
+
+
+def jvp(fn, primals, tangents):
+    """``(fn(*primals), J(primals) @ tangents)``, compiled (cached per function)."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    key = (fn, len(primals))
+    f = _JVP_CACHE.get(key)
+    if f is None:
+        f = _JVP_CACHE[key] = jvp_fn(fn, len(primals))
+    return f(*primals, *tangents)
