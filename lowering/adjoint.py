@@ -81,7 +81,8 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
         if entry is None:
             raise GradjitError(f"no derivative formula for '{node.op}': it has no entry in "
                                f"derivatives.yaml", node.site)
-        graph.site_override = node.site
+        # Backward nodes carry the forward node's line and op (errors, anomaly mode).
+        graph.site_override = node.site.for_op(node.op) if node.site is not None else None
         try:
             if callable(entry):
                 grads = entry(graph, node, grad_outs, mask)

@@ -26,9 +26,11 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import extract, optimize, prune_inputs
+from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.segments import compile_segmented, host_call, replay
+from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import record_graph
 from gradjit.tracer.tensor import Tensor
 
@@ -153,12 +155,16 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
                  else _tensor_for(rec, _value_at(rec, a)) for a in plan.feeds]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = iter(replay(plan.bwd_graph, feeds, cbs))
+        results = iter(replay(plan.bwd_graph, feeds, cbs,
+                              check_node if is_anomaly_enabled() else None))
     else:
         arrays = [np.asarray(getattr(seeds[a[1]], "data", seeds[a[1]])) if a[0] == "seed"
                   else a[1] if a[0] == "const" else rec.array(_value_at(rec, a))
                   for a in plan.feeds]
-        results = iter(plan.exe(arrays, cbs))
+        if is_anomaly_enabled():  # node by node, to name the op that made a NaN
+            results = iter(checked_run(plan.bwd_graph, arrays, cbs))
+        else:
+            results = iter(plan.exe(arrays, cbs))
     by_value = {v: (next(results) if has else None) for v, has in zip(targets, plan.targets)}
     if not retain_graph:
         for fn in rec.fns:

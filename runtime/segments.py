@@ -90,8 +90,9 @@ def compile_segmented(graph):
     return _Plain(graph)
 
 
-def replay(graph, tensors, callbacks=()):
-    """Run ``graph`` op by op on Tensors (recording history); returns output Tensors."""
+def replay(graph, tensors, callbacks=(), check=None):
+    """Run ``graph`` op by op on Tensors (recording history); returns output Tensors.
+    ``check(node, outputs)`` sees every node's results (anomaly mode)."""
     env = dict(zip(graph.inputs, tensors))
     for node in graph.nodes:
         ins = [env[v] for v in node.inputs]
@@ -100,5 +101,7 @@ def replay(graph, tensors, callbacks=()):
         else:
             res = Tensor._apply(node.op, ins, node.attrs)
             res = res if isinstance(res, tuple) else (res,)
+        if check is not None:
+            check(node, res)
         env.update(zip(node.outputs, res))
     return [env[v] for v in graph.outputs]

@@ -4,6 +4,8 @@ Contract: thread-local flags read by the eager front end when it decides
 whether to record an op. Each mode is a context manager and a decorator.
 ``inference_mode`` also disables recording, and tensors created under it are
 marked as inference tensors (they can never join a recorded graph later).
+``detect_anomaly`` / ``set_detect_anomaly`` (process-wide, as in torch) make
+backward check every node for NaN and name the forward op and line.
 """
 from __future__ import annotations
 
@@ -69,4 +71,42 @@ class inference_mode(contextlib.ContextDecorator):
 
     def __exit__(self, *exc):
         _state.enabled, _state.inference = self.prev
+        return False
+
+
+_anomaly = {"enabled": False, "check_nan": True}
+
+
+def is_anomaly_enabled():
+    return _anomaly["enabled"]
+
+
+def is_anomaly_check_nan_enabled():
+    return _anomaly["check_nan"]
+
+
+class set_detect_anomaly(contextlib.ContextDecorator):
+    def __init__(self, mode, check_nan=True):
+        self.prev = dict(_anomaly)
+        _anomaly.update(enabled=bool(mode), check_nan=bool(check_nan))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _anomaly.update(self.prev)
+        return False
+
+
+class detect_anomaly(contextlib.ContextDecorator):
+    def __init__(self, check_nan=True):
+        self.check_nan = check_nan
+
+    def __enter__(self):
+        self.prev = dict(_anomaly)
+        _anomaly.update(enabled=True, check_nan=bool(self.check_nan))
+        return self
+
+    def __exit__(self, *exc):
+        _anomaly.update(self.prev)
         return False

@@ -40,6 +40,13 @@ class RecordedGraph:
     def array(self, value):
         src = self.producers[value]
         if isinstance(src, Tensor):
+            for fn, version in self.leaf_uses.get(value, ()):
+                if src._box[0] != version:
+                    raise RuntimeError(
+                        f"one of the variables needed for gradient computation has been modified "
+                        f"by an inplace operation: [{value.dtype.name} {list(value.shape)}], which "
+                        f"is an input of {fn.name()}, is at version {src._box[0]}; expected "
+                        f"version {version} instead.")
             return src.data
         fn, i = src
         if fn.out_data is None:
@@ -112,8 +119,12 @@ def record_graph(roots):
             producers[v] = t
         return v
 
+    leaf_uses = {}
     for fn in order:
         ins = [values[(id(e[0]), e[1])] if isinstance(e, tuple) else leaf_value(e) for e in fn.edges]
+        for e, v, version in zip(fn.edges, ins, fn.in_versions):
+            if version is not None:
+                leaf_uses.setdefault(v, []).append((fn, version))
         attrs = fn.attrs if fn.ctx is None else dict(fn.attrs, slot=len(
             [n for n in g.nodes if n.op == "custom_function"]))
         outs = g.add_node(fn.op, ins, attrs, fn.out_types, fn.site)
@@ -123,4 +134,6 @@ def record_graph(roots):
     root_values = [values[(id(t.grad_fn), t._index)] if t.grad_fn is not None else leaf_value(t)
                    for t in roots]
     g.outputs = list(root_values)
-    return RecordedGraph(g, root_values, producers, values, order)
+    rec = RecordedGraph(g, root_values, producers, values, order)
+    rec.leaf_uses = leaf_uses
+    return rec

@@ -35,11 +35,18 @@ _OURS = _package_dirs()
 
 
 class Site:
-    __slots__ = ("filename", "lineno")
+    """A user source line. ``op`` names the forward op when the line is attributed to a
+    backward node (so anomaly errors can say which forward op produced a NaN)."""
 
-    def __init__(self, filename, lineno):
+    __slots__ = ("filename", "lineno", "op")
+
+    def __init__(self, filename, lineno, op=None):
         self.filename = filename
         self.lineno = lineno
+        self.op = op
+
+    def for_op(self, op):
+        return Site(self.filename, self.lineno, op)
 
     @property
     def text(self):

@@ -23,7 +23,8 @@ import itertools
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
+                                  no_grad, set_grad_enabled)
 from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
 
 _seq = itertools.count()
@@ -38,7 +39,7 @@ class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
-                 "hooks", "retains", "ctx", "versions")
+                 "hooks", "retains", "ctx", "versions", "in_versions")
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
         self.op, self.attrs, self.edges = op, attrs, edges
@@ -49,6 +50,8 @@ class GradFn:
         self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
         self.ctx = None       # custom Function context
         self.versions = None  # [(version box, version)] per output, set by the front end
+        # Version of each Tensor edge (leaf or constant) when it was used.
+        self.in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
 
     def name(self):
         if self.ctx is not None:
@@ -65,7 +68,7 @@ class GradFn:
 
 class Tensor(ArrayOps):
     __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
-                 "__weakref__")
+                 "_inference", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
 
     def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
@@ -76,6 +79,7 @@ class Tensor(ArrayOps):
         self._requires_grad = False
         self._hooks = None
         self._box = box if box is not None else [0]  # version counter, shared by aliases
+        self._inference = is_inference_mode_enabled()
         if requires_grad:
             self.requires_grad = True
 
@@ -199,12 +203,81 @@ class Tensor(ArrayOps):
         record = is_grad_enabled() and any(t._requires_grad for t in ts)
         if not record:
             return _one([Tensor(o) for o in outs])
+        if any(t._inference for t in ts):
+            raise RuntimeError("Inference tensors cannot be saved for backward. To work around you "
+                               "can make a clone to get a normal tensor and use it in autograd.")
         edges = [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in ts]
         fn = GradFn(op_name, attrs, edges, out_types, outs, user_site())
         res = [Tensor(o, grad_fn=fn, index=i)._mark(dt.kind == "f")
                for i, (o, (_, dt)) in enumerate(zip(outs, out_types))]
         fn.versions = [(t._box, 0) for t in res]
         return _one(res)
+
+    # -- in-place ops ------------------------------------------------------------------
+    def _inplace(self, result):
+        """Write ``result`` (computed out of place, recorded with edges to the old self)
+        into this tensor's array and make this tensor the output of that node."""
+        if self._inference and not is_inference_mode_enabled():
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
+                               "allowed. You can make a clone to get a normal tensor before doing "
+                               "inplace update.")
+        if result.shape != self.shape:
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast "
+                               f"shape {list(result.shape)}")
+        np.copyto(self.data, result.data, casting="unsafe")
+        self._box[0] += 1
+        fn = result.grad_fn
+        if fn is not None:
+            fn.out_data[result._index] = self.data
+            fn.versions[result._index] = (self._box, self._box[0])
+            self.grad_fn, self._index, self._requires_grad = fn, result._index, True
+        return self
+
+    def _check_inplace(self, name):
+        if is_grad_enabled() and self.grad_fn is None and self._requires_grad:
+            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
+                               f"operation ({name}).")
+
+    def add_(self, other, alpha=1):
+        self._check_inplace("add_")
+        return self._inplace(self.add(other, alpha=alpha))
+
+    def sub_(self, other, alpha=1):
+        self._check_inplace("sub_")
+        return self._inplace(self.sub(other, alpha=alpha))
+
+    def mul_(self, other):
+        self._check_inplace("mul_")
+        return self._inplace(self.mul(other))
+
+    def div_(self, other):
+        self._check_inplace("div_")
+        return self._inplace(self.div(other))
+
+    def pow_(self, exponent):
+        self._check_inplace("pow_")
+        return self._inplace(self.pow(exponent))
+
+    def copy_(self, src):
+        """Copy ``src`` (broadcast, cast) into this tensor; gradient flows to ``src`` only."""
+        self._check_inplace("copy_")
+        src = src if isinstance(src, Tensor) else Tensor(np.asarray(src))
+        return self._inplace(src.expand(self.shape).to(self.dtype))
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        self._check_inplace("fill_")
+        return self._inplace(Tensor(np.full(self.shape, value, self.dtype)))
+
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def clone(self):
+        return self + np.zeros((), self.dtype) if self._requires_grad else Tensor(self.data.copy())
 
     def _mark(self, differentiable):
         if differentiable:
