@@ -31,7 +31,7 @@ from gradjit.runtime.compiler import STATS
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
-from gradjit.tracer.record import record_graph
+from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.tensor import Tensor
 
 _PLANS = {}
@@ -45,34 +45,25 @@ class Plan:
             setattr(self, k, v)
 
 
-def _locate(graph, value):
-    """Structural address of a forward value: ('in', i) or ('node', j, k)."""
-    if value.node is None:
-        return ("in", graph.inputs.index(value))
-    return ("node", graph.nodes.index(value.node), value.index)
-
-
-def _value_at(rec, addr):
-    g = rec.graph
-    return g.inputs[addr[1]] if addr[0] == "in" else g.nodes[addr[1]].outputs[addr[2]]
-
-
-def build_plan(rec, seed_types, targets, batched=False):
-    g = rec.graph
+def build_plan(hist, seed_types, targets, batched=False):
+    """Adjoint + cut + optimise + compile for the history's structure. ``targets`` are
+    addresses (see ``tracer.record``); the plan's feeds are addresses too."""
+    g = hist.graph()
     n_forward = len(g.nodes)
     seeds = [g.add_input(s, d) for s, d in seed_types]
     slots = []
-    hooked = set(rec.hooked)
+    hooked = {value_at(g, ("node", j, k)) for j, fn in enumerate(hist.order)
+              for k, hs in (fn.hooks or {}).items() if hs}
 
     def on_grad(v, cot):
         if v not in hooked:
             return cot
-        slots.append(("hook", _locate(g, v)))
+        slots.append(("hook", address(g, v)))
         return host_call(g, [cot], [(v.shape, v.dtype)], len(slots) - 1)[0]
 
-    rules = {"custom_function": custom_rule(rec, slots),
+    rules = {"custom_function": custom_rule(hist, slots),
              "once_differentiable": once_differentiable_rule}
-    grads = adjoint(g, rec.roots, seeds, targets, rules, on_grad)
+    grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
     bwd, feeds = extract(g, g.nodes[n_forward:], outs)
     bwd = optimize(bwd)
@@ -84,7 +75,7 @@ def build_plan(rec, seed_types, targets, batched=False):
         elif v in g.constants:  # made by a formula (e.g. the 0 of a where)
             spec.append(("const", g.constants[v]))
         else:
-            spec.append(_locate(g, v))
+            spec.append(address(g, v))
     if batched:
         from gradjit.runtime.batched import compile_batched
         exe = compile_batched(bwd, [i for i, s in enumerate(spec) if s[0] == "seed"])
@@ -108,68 +99,56 @@ def _hook_callback(hooks, create_graph):
     return run
 
 
-def _callbacks(rec, plan, create_graph):
+def _callbacks(hist, plan, create_graph):
     from gradjit.runtime.function import custom_callback
     cbs = []
     for kind, where in plan.slots:
         if kind == "hook":
-            cbs.append(_hook_callback(rec.hooks(_value_at(rec, where)), create_graph))
+            cbs.append(_hook_callback(hist.hooks(where), create_graph))
         else:
-            cbs.append(custom_callback(rec, rec.graph.nodes[where[0]], where[1], where[2],
-                                       create_graph))
+            cbs.append(custom_callback(hist, *where, create_graph))
     return cbs
-
-
-def _tensor_for(rec, value):
-    src = rec.producers[value]
-    if isinstance(src, Tensor):
-        return src
-    fn, i = src
-    rec.array(value)  # version and freed checks
-    return Tensor(fn.out_data[i], grad_fn=fn, index=i, box=fn.versions[i][0])._mark(True)
 
 
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
                  allow_unused=True, batched=False):
     """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
-    requires grad). Returns (wrt tensors, grads, rec, retained grads)."""
+    requires grad). Returns (wrt tensors, grads, [(retaining tensor, grad)])."""
     if retain_graph is None:
         retain_graph = create_graph
-    rec = record_graph(roots)
+    hist = History(roots)
     if wrt_tensors is None:
-        wrt_tensors = [t for _, t in rec.leaves if t.requires_grad]
-    wrt = [rec.value_of(t) for t in wrt_tensors]
-    present = [w for w in wrt if w is not None]
-    retained = [v for v in rec.retained if v not in present]
-    targets = present + retained
+        wrt_tensors = [t for t in hist.leaves if t.requires_grad]
+    wrt = [hist.addr(t) for t in wrt_tensors]
+    present = list(dict.fromkeys(a for a in wrt if a is not None))
+    retained = [(a, t) for a, t in hist.retained() if a not in present]
+    targets = present + [a for a, _ in retained]
     seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
-    key = (rec.graph.key(), tuple(v.id for v in targets), seed_types, rec.extras_key(), batched,
+    key = (hist.key, tuple(targets), seed_types, batched,
            os.environ.get("GRADJIT_EXECUTOR"))  # a plan is compiled or interpreted
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = build_plan(rec, seed_types, targets, batched)
+        plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched)
     else:
         STATS["memory_hits"] += 1
-    cbs = _callbacks(rec, plan, create_graph) if plan.slots else ()
+    cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
     if create_graph:
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
-                 else _tensor_for(rec, _value_at(rec, a)) for a in plan.feeds]
+                 else hist.tensor(a) for a in plan.feeds]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = iter(replay(plan.bwd_graph, feeds, cbs,
-                              check_node if is_anomaly_enabled() else None))
+        results = replay(plan.bwd_graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
     else:
         arrays = [np.asarray(getattr(seeds[a[1]], "data", seeds[a[1]])) if a[0] == "seed"
-                  else a[1] if a[0] == "const" else rec.array(_value_at(rec, a))
-                  for a in plan.feeds]
+                  else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]
         if is_anomaly_enabled():  # node by node, to name the op that made a NaN
-            results = iter(checked_run(plan.bwd_graph, arrays, cbs))
+            results = checked_run(plan.bwd_graph, arrays, cbs)
         else:
-            results = iter(plan.exe(arrays, cbs))
-    by_value = {v: (next(results) if has else None) for v, has in zip(targets, plan.targets)}
+            results = plan.exe(arrays, cbs)
+    results = iter(results)
+    by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
     if not retain_graph:
-        for fn in rec.fns:
-            fn.release()
-    out = [None if w is None else by_value[w] for w in wrt]
+        hist.release()
+    out = [None if a is None else by_addr[a] for a in wrt]
     for i, (t, g) in enumerate(zip(wrt_tensors, out)):
         if g is not None and t.grad_fn is None and t._hooks:
             out[i] = _hook_callback(t._hooks, create_graph)(g)[0]
@@ -177,5 +156,4 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
             raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
                                f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
                                f"the desired behavior.")
-    kept = [(rec.retainer(v), by_value[v]) for v in retained]
-    return wrt_tensors, out, kept
+    return wrt_tensors, out, [(t, by_addr[a]) for a, t in retained]

@@ -16,7 +16,7 @@ import numpy as np
 
 from gradjit.runtime.engine import build_plan
 from gradjit.runtime.transforms import _Transformed, grad
-from gradjit.tracer.record import record_graph
+from gradjit.tracer.record import History
 from gradjit.tracer.tensor import Tensor
 
 
@@ -25,10 +25,10 @@ def explain(obj, *args, argnums=0, file=None):
         if obj.grad_fn is None:
             raise ValueError("explain: this tensor has no recorded history (is it a leaf, or was "
                              "it computed without requires_grad / under no_grad?)")
-        rec = record_graph([obj])
-        forward = str(rec.graph)
-        wrt = [v for v, t in rec.leaves if t.requires_grad]
-        plan = build_plan(rec, (((obj.shape), obj.dtype),), wrt)
+        hist = History([obj])
+        forward = str(hist.graph())
+        wrt = [hist.addr(t) for t in hist.leaves if t.requires_grad]
+        plan = build_plan(hist, ((obj.shape, obj.dtype),), wrt)
         compiled, source = str(plan.bwd_graph), plan.exe.source
         title = "backward graph"
     else:

@@ -224,17 +224,17 @@ class _TracedCtx:
         self.materialize_grads = ctx.materialize_grads
 
 
-def custom_rule(rec, slots):
-    """The adjoint rule for ``custom_function`` nodes (see ``lowering.adjoint``)."""
-
+def custom_rule(hist, slots):
+    """The adjoint rule for ``custom_function`` nodes (see ``lowering.adjoint``); ``hist``
+    is the tensor-mode History (None when tracing under gj.grad)."""
     def rule(graph, node, grad_outs, mask):
         cls, n_in = node.attrs["function"], node.attrs["n_in"]
-        ctx = node.attrs.get("ctx") or rec.ctx(node)
+        ctx = node.attrs.get("ctx") or hist.ctx(node.attrs["node"])
         outs = [Tracer(graph, v) for v in node.outputs]
         needs = _expand_needs(node.attrs["tensor_args"], mask[:n_in])
         once = getattr(cls.backward, "_gj_once_differentiable", False)
-        if rec is None or not (once or ctx.opaque()):
-            if rec is None:
+        if hist is None or not (once or ctx.opaque()):
+            if hist is None:
                 saved = ctx.to_save
             else:
                 saved = [None if m is None else outs[m[1]] if m[0] == "out" else
@@ -251,7 +251,7 @@ def custom_rule(rec, slots):
                     return values + [None] * (len(node.inputs) - n_in)
                 raise TypeError("backward returned non-tensor gradients")
             except (GradjitError, TypeError, ValueError, AttributeError) as e:
-                if rec is None:
+                if hist is None:
                     raise GradjitError(f"custom Function {cls.__name__}: its backward could not be "
                                        f"traced ({e}); inside gj.jit / gj.grad a custom backward "
                                        f"must use gradjit ops", node.site) from e
@@ -260,7 +260,7 @@ def custom_rule(rec, slots):
             _log_once(cls, "is once_differentiable" if once else "keeps non-tensor state on ctx")
         need_idx = [i for i in range(n_in) if mask[i]]
         defined = tuple(g is not None for g in grad_outs)
-        slots.append(("custom", (rec.graph.nodes.index(node), tuple(need_idx), defined)))
+        slots.append(("custom", (node.attrs["node"], tuple(need_idx), defined)))
         res = host_call(graph, [g for g in grad_outs if g is not None],
                         [(node.inputs[i].shape, node.inputs[i].dtype) for i in need_idx],
                         len(slots) - 1)
@@ -283,11 +283,15 @@ def _log_once(cls, why):
                     "between compiled segments", cls.__name__, why)
 
 
-def custom_callback(rec, node, need_idx, defined, create_graph):
-    """The Python callable behind a custom Function's ``host_call`` for this step;
-    its inputs are the defined output gradients (``defined`` marks which)."""
-    cls, ctx = node.attrs["function"], rec.ctx(node)
-    out_types = [(v.shape, v.dtype) for v in node.outputs]
+def custom_callback(hist, j, need_idx, defined, create_graph):
+    """The Python callable behind a custom Function's ``host_call`` for this step (op
+    ``j`` of ``hist``); its inputs are the defined output gradients (``defined``)."""
+    fn = hist.order[j]
+    cls, ctx = fn.attrs["function"], fn.ctx
+    out_types = list(fn.out_types)
+    in_types = [(e.shape, e.dtype) if isinstance(e, Tensor) else e[0].out_types[e[1]]
+                for e in fn.edges]
+    tensor_args = fn.attrs["tensor_args"]
     once = getattr(cls.backward, "_gj_once_differentiable", False)
 
     def run(*given):
@@ -302,11 +306,11 @@ def custom_callback(rec, node, need_idx, defined, create_graph):
                 grads.append(Tensor(np.zeros(*out_types[j])) if ctx.materialize_grads else None)
         with set_grad_enabled(create_graph and not once):
             res = cls.backward(ctx, *grads)
-        res = _per_tensor(cls, res, node.attrs["tensor_args"])
+        res = _per_tensor(cls, res, tensor_args)
         out = []
         for i in need_idx:
             r = res[i]
-            shape, dt = node.inputs[i].shape, node.inputs[i].dtype
+            shape, dt = in_types[i]
             r = Tensor(np.zeros(shape, dt)) if r is None else (
                 r if isinstance(r, Tensor) else Tensor(np.asarray(r, dt)))
             if tuple(r.shape) != tuple(shape):
@@ -316,7 +320,7 @@ def custom_callback(rec, node, need_idx, defined, create_graph):
             out.append(r)
         if as_tensor and once and create_graph:
             out = _poison(out, [g for g in grads if g is not None and g.requires_grad], cls)
-        return out if as_tensor else [np.asarray(r.data, dtype=node.inputs[i].dtype)
+        return out if as_tensor else [np.asarray(r.data, dtype=in_types[i][1])
                                       for r, i in zip(out, need_idx)]
     return run
 

@@ -1,94 +1,21 @@
 """Recorded history -> IR: the bridge from eager tensors to the graph pipeline.
 
 Contract
-- ``record_graph(roots)`` walks the ``GradFn``s reachable from ``roots`` and
-  builds a forward ``Graph`` whose nodes are in recording order (so equal
-  programs give equal structural keys) and whose inputs are the leaves and
-  constants met. ``RecordedGraph.array(value)`` returns the recorded array of
-  any of its values (a leaf's data or a saved op output); ``value_of(tensor)``
-  the Value of a tensor in it (or None).
-- Also collected, in graph order: hooks and retain_grad requests on values,
-  and the contexts of custom Function nodes, with a structural description
-  (``extras_key``) that joins the plan key.
+- ``History(roots)`` walks the ``GradFn``s reachable from ``roots`` once, in
+  recording order, and gives what a backward call needs on its hot path
+  without building any IR: ``key`` (the structural key: ops, attributes,
+  types, wiring, hook/retain positions, custom-Function fingerprints),
+  addresses of tensors (``addr``: ``("in", i)`` for the i-th leaf met,
+  ``("node", j, k)`` for output k of the j-th recorded op) and the arrays at
+  those addresses (``array``, with freed-graph and in-place version checks).
+- ``History.graph()`` builds, on demand, the forward ``Graph`` with the same
+  numbering: input i is leaf i, node j is op j. So a plan compiled from one
+  step's graph is fed from any later step's History with an equal key.
 """
 from __future__ import annotations
 
-from gradjit.tracer.ir import Graph
+from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.tensor import Tensor
-
-class RecordedGraph:
-    """The IR of recorded history and where its values come from."""
-
-    def __init__(self, graph, roots, producers, values, fns):
-        self.graph, self.roots, self.fns = graph, roots, fns
-        self.producers = producers  # Value -> (GradFn, index) or Tensor
-        self._values = values       # (id(GradFn), index) or id(Tensor) -> Value
-        self.leaves = [(v, producers[v]) for v in graph.inputs]
-        # Per value with hooks / retain_grad (non-leaf), and per custom Function node.
-        self.hooked = [v for v in self._outputs() if _hooks_of(producers[v])]
-        self.retained = [v for v in self._outputs() if _retainer(producers[v]) is not None]
-        self.custom = [n for n in graph.nodes if n.op == "custom_function"]
-
-    def _outputs(self):
-        return [v for n in self.graph.nodes for v in n.outputs]
-
-    def value_of(self, t):
-        if t.grad_fn is not None:
-            return self._values.get((id(t.grad_fn), t._index))
-        return self._values.get(id(t))
-
-    def array(self, value):
-        src = self.producers[value]
-        if isinstance(src, Tensor):
-            for fn, version in self.leaf_uses.get(value, ()):
-                if src._box[0] != version:
-                    raise RuntimeError(
-                        f"one of the variables needed for gradient computation has been modified "
-                        f"by an inplace operation: [{value.dtype.name} {list(value.shape)}], which "
-                        f"is an input of {fn.name()}, is at version {src._box[0]}; expected "
-                        f"version {version} instead.")
-            return src.data
-        fn, i = src
-        if fn.out_data is None:
-            raise RuntimeError(_FREED)
-        box, version = fn.versions[i]
-        if box[0] != version:
-            raise RuntimeError(
-                f"one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{value.dtype.name} {list(value.shape)}], which is output {i} "
-                f"of {fn.name()}, is at version {box[0]}; expected version {version} instead.")
-        return fn.out_data[i]
-
-    def hooks(self, value):
-        return _hooks_of(self.producers[value])
-
-    def retainer(self, value):
-        return _retainer(self.producers[value])
-
-    def ctx(self, node):
-        return self.producers[node.outputs[0]][0].ctx
-
-    def extras_key(self):
-        """What besides the graph structure shapes the backward: hook and retain positions,
-        custom Function contexts (their structural fingerprint)."""
-        return (tuple(v.id for v in self.hooked), tuple(v.id for v in self.retained),
-                tuple(self.ctx(n).fingerprint() for n in self.custom))
-
-
-def _hooks_of(src):
-    if isinstance(src, Tensor):
-        return src._hooks or ()
-    fn, i = src
-    return (fn.hooks or {}).get(i, ())
-
-
-def _retainer(src):
-    if isinstance(src, Tensor):
-        return None
-    fn, i = src
-    ref = (fn.retains or {}).get(i)
-    return ref() if ref is not None else None
-
 
 _FREED = ("Trying to backward through the graph a second time (or directly access saved tensors "
           "after they have already been freed). Saved intermediate values of the graph are freed "
@@ -97,43 +24,139 @@ _FREED = ("Trying to backward through the graph a second time (or directly acces
           "calling backward.")
 
 
-def record_graph(roots):
-    """Build the forward IR reachable from ``roots`` (a list of Tensors)."""
-    fns, stack = {}, [t.grad_fn for t in roots if t.grad_fn is not None]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in fns:
-            continue
-        if fn.freed:
+def _fn_key(fn):
+    k = fn._key
+    if k is None:
+        attrs = tuple((a, _key_attr(v)) for a, v in fn.attrs.items())
+        k = fn._key = (fn.op, attrs, tuple((s, d.str) for s, d in fn.out_types))
+    return k
+
+
+class History:
+    def __init__(self, roots):
+        fns, stack = {}, [t.grad_fn for t in roots if t.grad_fn is not None]
+        while stack:
+            fn = stack.pop()
+            if id(fn) in fns:
+                continue
+            if fn.freed:
+                raise RuntimeError(_FREED)
+            fns[id(fn)] = fn
+            stack.extend(e[0] for e in fn.edges if isinstance(e, tuple))
+        self.order = order = sorted(fns.values(), key=lambda f: f.seq)
+        self.pos = pos = {id(fn): j for j, fn in enumerate(order)}
+        self.leaves, self.leaf_pos, self.stale = [], {}, {}
+        parts, extras = [], []
+        for j, fn in enumerate(order):
+            refs = []
+            for e, version in zip(fn.edges, fn.in_versions):
+                if isinstance(e, tuple):
+                    refs.append((pos[id(e[0])], e[1]))
+                    continue
+                i = self.leaf_pos.get(id(e))
+                if i is None:
+                    i = self.leaf_pos[id(e)] = len(self.leaves)
+                    self.leaves.append(e)
+                if e._box[0] != version:
+                    self.stale[i] = (fn, version)
+                refs.append(i)
+            parts.append((_fn_key(fn), tuple(refs)))
+            if fn.hooks or fn.retains or fn.ctx is not None:
+                extras.append((j, tuple(k for k, h in (fn.hooks or {}).items() if h),
+                               tuple(sorted(fn.retains or ())),
+                               fn.ctx.fingerprint() if fn.ctx is not None else None))
+        for t in roots:  # a leaf root (x.backward() on a leaf) is an input of the graph
+            if t.grad_fn is None and id(t) not in self.leaf_pos:
+                self.leaf_pos[id(t)] = len(self.leaves)
+                self.leaves.append(t)
+        self.roots = [self.addr(t) for t in roots]
+        leaf_types = tuple((t.data.shape, t.data.dtype.str) for t in self.leaves)
+        self.key = (tuple(parts), leaf_types, tuple(self.roots), tuple(extras))
+
+    def addr(self, t):
+        if t.grad_fn is not None:
+            j = self.pos.get(id(t.grad_fn))
+            return None if j is None else ("node", j, t._index)
+        i = self.leaf_pos.get(id(t))
+        return None if i is None else ("in", i)
+
+    def array(self, addr):
+        if addr[0] == "in":
+            t = self.leaves[addr[1]]
+            if addr[1] in self.stale:
+                fn, version = self.stale[addr[1]]
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [{t.dtype.name} {list(t.shape)}], which is an input of "
+                    f"{fn.name()}, is at version {t._box[0]}; expected version {version} instead.")
+            return t.data
+        fn, i = self.order[addr[1]], addr[2]
+        if fn.out_data is None:
             raise RuntimeError(_FREED)
-        fns[id(fn)] = fn
-        stack.extend(e[0] for e in fn.edges if isinstance(e, tuple))
-    order = sorted(fns.values(), key=lambda f: f.seq)
-    g = Graph("forward")
-    values, producers = {}, {}
+        box, version = fn.versions[i]
+        if box[0] != version:
+            dt, shape = fn.out_types[i][1], fn.out_types[i][0]
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{dt.name} {list(shape)}], which is output {i} of "
+                f"{fn.name()}, is at version {box[0]}; expected version {version} instead.")
+        return fn.out_data[i]
 
-    def leaf_value(t):
-        v = values.get(id(t))
-        if v is None:
-            v = values[id(t)] = g.add_input(t.data.shape, t.data.dtype)
-            producers[v] = t
-        return v
+    def tensor(self, addr):
+        """A Tensor for the value at ``addr`` that carries its history (create_graph)."""
+        if addr[0] == "in":
+            return self.leaves[addr[1]]
+        self.array(addr)
+        fn, i = self.order[addr[1]], addr[2]
+        return Tensor(fn.out_data[i], grad_fn=fn, index=i, box=fn.versions[i][0])._mark(True)
 
-    leaf_uses = {}
-    for fn in order:
-        ins = [values[(id(e[0]), e[1])] if isinstance(e, tuple) else leaf_value(e) for e in fn.edges]
-        for e, v, version in zip(fn.edges, ins, fn.in_versions):
-            if version is not None:
-                leaf_uses.setdefault(v, []).append((fn, version))
-        attrs = fn.attrs if fn.ctx is None else dict(fn.attrs, slot=len(
-            [n for n in g.nodes if n.op == "custom_function"]))
-        outs = g.add_node(fn.op, ins, attrs, fn.out_types, fn.site)
-        for i, v in enumerate(outs):
-            values[(id(fn), i)] = v
-            producers[v] = (fn, i)
-    root_values = [values[(id(t.grad_fn), t._index)] if t.grad_fn is not None else leaf_value(t)
-                   for t in roots]
-    g.outputs = list(root_values)
-    rec = RecordedGraph(g, root_values, producers, values, order)
-    rec.leaf_uses = leaf_uses
-    return rec
+    def hooks(self, addr):
+        fn, i = self.order[addr[1]], addr[2]
+        return (fn.hooks or {}).get(i, ())
+
+    def retained(self):
+        """(address, tensor) of every live non-leaf tensor that asked for retain_grad."""
+        out = []
+        for j, fn in enumerate(self.order):
+            for i, ref in sorted((fn.retains or {}).items()):
+                t = ref()
+                if t is not None:
+                    out.append((("node", j, i), t))
+        return out
+
+    def ctx(self, j):
+        return self.order[j].ctx
+
+    def release(self):
+        for fn in self.order:
+            fn.release()
+
+    # -- the IR ---------------------------------------------------------------------
+    def graph(self):
+        """A new forward Graph (input i = leaf i, node j = op j; outputs = the roots).
+        Custom Function nodes carry ``node=j`` so rules can find their context."""
+        g = Graph("forward")
+        ins = [g.add_input(t.data.shape, t.data.dtype) for t in self.leaves]
+        for j, fn in enumerate(self.order):
+            args = [g.nodes[e[0]].outputs[e[1]] if isinstance(e, tuple) else ins[e]
+                    for e in _refs(fn, self)]
+            g.add_node(fn.op, args, fn.attrs if fn.ctx is None else dict(fn.attrs, node=j),
+                       fn.out_types, fn.site)
+        g.outputs = [value_at(g, a) for a in self.roots]
+        return g
+
+
+def _refs(fn, hist):
+    return [(hist.pos[id(e[0])], e[1]) if isinstance(e, tuple) else hist.leaf_pos[id(e)]
+            for e in fn.edges]
+
+
+def value_at(graph, addr):
+    return graph.inputs[addr[1]] if addr[0] == "in" else graph.nodes[addr[1]].outputs[addr[2]]
+
+
+def address(graph, value):
+    """The structural address of a forward value (inverse of ``History.value``)."""
+    if value.node is None:
+        return ("in", graph.inputs.index(value))
+    return ("node", graph.nodes.index(value.node), value.index)

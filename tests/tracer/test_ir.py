@@ -4,7 +4,7 @@ import pytest
 
 import gradjit as gj
 from gradjit.tracer.ir import Graph, format_node
-from gradjit.tracer.record import record_graph
+from gradjit.tracer.record import History
 from gradjit.tracer.trace import trace
 
 
@@ -20,7 +20,7 @@ def tensor_key(xs, ys, **kw):
     x = gj.tensor(xs, requires_grad=True)
     y = gj.tensor(ys)
     loss = _program(x, y, **kw)
-    return record_graph([loss]).graph.key()
+    return History([loss]).graph().key()
 
 
 def jit_key(xs, ys, **kw):
@@ -42,7 +42,7 @@ def test_printer_one_line_per_node_with_ops_and_shapes():
     x = gj.tensor(np.ones((2, 3)), requires_grad=True)
     w = gj.tensor(np.ones((3, 4)))
     loss = (x @ w).tanh().sum()
-    g = record_graph([loss]).graph
+    g = History([loss]).graph()
     text = str(g)
     lines = text.splitlines()
     # header, one line per node, return, closing brace
@@ -117,7 +117,7 @@ def test_key_differs_when_structure_differs(mode, change):
 def test_key_tensor_and_jit_record_the_same_ops():
     xs, ys = arrays()
     x = gj.tensor(xs, requires_grad=True)
-    rec = record_graph([_program(x, gj.tensor(ys))]).graph
+    rec = History([_program(x, gj.tensor(ys))]).graph()
     g, (tx, ty), _ = trace([xs, ys])
     g.outputs = [_program(tx, ty).value]
     assert [n.op for n in rec.nodes] == [n.op for n in g.nodes]
