@@ -31,6 +31,8 @@ METHODS = frozenset("""
     t transpose permute reshape view expand expand_as reshape_as squeeze unsqueeze mm bmm matmul
     softmax log_softmax mul div add sub gt lt ge le eq ne to conj sizes sym_sizes dim numel
     sym_numel scalar_type
+    rsqrt sinh cosh digamma polygamma floor trunc log1p expm1 erfinv amin prod cumsum
+    logsumexp norm
 """.split())
 KNOWN_KEYS = {"name", "output_differentiability", "dispatch", "result"}
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
@@ -50,6 +52,7 @@ class Entry:
     not_implemented: dict = field(default_factory=dict)  # input -> reason
     output_differentiability: list | None = None
     uses: dict = field(default_factory=dict)          # (input names) -> set of names read
+    forward: tuple | None = None                      # ``result:`` tangent formula (forward mode)
     source: dict = field(default_factory=dict)        # (input names) -> formula text
 
 
@@ -155,6 +158,22 @@ def load(path=None, helpers=None):
     return entries
 
 
+def _forward_formula(name, op, text, helpers):
+    """A ``result:`` entry: the output tangent in terms of inputs, ``<input>_t`` tangents and
+    results (forward mode)."""
+    tree = parse_formula(text, name)
+    allowed = {a.name for a in op.schema.args} | {f"{t}_t" for t in op.schema.tensor_args} | {
+        "result"} | {f"result{i}" for i in range(len(op.schema.returns))}
+    for u in names_used(tree):
+        if isinstance(u, tuple):
+            if u[1] not in helpers:
+                _fail(name, f"unknown function {u[1]!r} (not in the helper registry, "
+                            f"gradjit/lowering/helpers.py)", text)
+        elif u not in allowed:
+            _fail(name, f"unknown name {u!r} in the forward (result:) formula", text)
+    return tree
+
+
 def _entry(name, op, item, helpers):
     e = Entry(op.name, op.schema, output_differentiability=item.get("output_differentiability"))
     arg_names = {a.name for a in op.schema.args}
@@ -162,6 +181,9 @@ def _entry(name, op, item, helpers):
     allowed = arg_names | {"grad", "grads", "result", "grad_input_mask"} | {
         f"result{i}" for i in range(len(op.schema.returns))}
     for key, text in item.items():
+        if key == "result":
+            e.forward = _forward_formula(name, op, text, helpers)
+            continue
         if key in KNOWN_KEYS:
             continue
         inputs = tuple(k.strip() for k in str(key).split(","))

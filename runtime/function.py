@@ -341,3 +341,20 @@ def _poison(outs, grad_inputs, cls):
 def once_differentiable_rule(graph, node, grad_outs, mask):
     raise GradjitError("trying to differentiate twice a function that was marked with "
                        "@once_differentiable", node.site)
+
+
+def custom_forward_rule(graph, node, tangents):
+    """Forward mode through a traced custom Function: its ``jvp(ctx, *tangents)`` when the
+    class defines one (None otherwise: the caller linearises the backward instead)."""
+    cls = node.attrs["function"]
+    if "jvp" not in {k for c in cls.__mro__ if c is not Function for k in vars(c)}:
+        return None
+    n_in = node.attrs["n_in"]
+    ts = [Tracer(graph, t) if t is not None else
+          _apply_op("zeros_like.default", [Tracer(graph, v)], {})
+          for v, t in zip(node.inputs[:n_in], tangents[:n_in])]
+    it = iter(ts)
+    args = [next(it) if is_t else None for is_t in node.attrs["tensor_args"]]
+    res = cls.jvp(node.attrs["ctx"], *args)
+    res = res if isinstance(res, tuple) else (res,)
+    return [r.value if isinstance(r, Tracer) else None for r in res]

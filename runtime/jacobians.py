@@ -7,9 +7,9 @@ Contract
   compiled call (the seeds are the rows of an identity matrix, looped over
   inside the compiled code).
 - ``jacfwd``: the same Jacobian by forward-mode products J e_j over the input
-  basis, batched the same way. Forward products come from the reverse-mode
-  formulas by the double-backward identity (J t is the gradient w.r.t. u of
-  <J^T u, t>, linear in u), exact, no finite differences.
+  basis, batched the same way. Forward products come from the forward pass of
+  ``lowering/forward.py`` (``result:`` formulas, a custom Function's ``jvp``,
+  or the linearised backward formula), exact, no finite differences.
 - ``hessian(f) = jacfwd(grad(f))``; ``jvp(f, primals, tangents) -> (f(primals),
   J tangents)``.
 - Called with tracers (nested in another transform) they trace inline.
@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
-from gradjit.runtime.function import custom_rule
+from gradjit.lowering.forward import tangents as forward_tangents
+from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer.registry import GradjitError
@@ -38,16 +39,11 @@ def _vjp(g, out, seed, xs):
 
 
 def _jvp(g, out, xs, tangents):
-    """Tracers of J t (one per tangent), by differentiating the VJP in its seed."""
-    u = Tracer(g, g.add_input(out.shape, out.dtype))
-    g.constants[u.value] = np.zeros(out.shape, out.dtype)  # any value: the VJP is linear in u
-    vjps = _vjp(g, out, u, xs)
-    s = None
-    for v, t in zip(vjps, tangents):
-        term = (v * t).sum()
-        s = term if s is None else s + term
-    (jt,) = _vjp(g, s, apply("ones_like.default", [s], {}), [u])
-    return jt
+    """Tracer of J t: forward mode (lowering/forward.py), zeros where independent."""
+    (jt,) = forward_tangents(g, [x.value for x in xs],
+                             [t.value if t is not None else None for t in tangents], [out.value],
+                             _rules(), {"custom_function": custom_forward_rule})
+    return Tracer(g, jt) if jt is not None else apply("zeros_like.default", [out], {})
 
 
 class _Jac(_Transformed):
@@ -113,7 +109,7 @@ class jacfwd(_Jac):
             t = Tracer(g, g.add_input(x.shape, x.dtype))
             g.constants[t.value] = np.eye(n, dtype=x.dtype).reshape((n,) + x.shape)
             g.batched_inputs = [g.inputs.index(t.value)]
-            tangents = [t if y is x else apply("zeros_like.default", [y], {}) for y in xs]
+            tangents = [t if y is x else None for y in xs]
             outs.append(_jvp(g, out, xs, tangents).value)
             shapes.append((x.shape, out.shape))
         if len(xs) > 1:

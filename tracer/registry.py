@@ -10,7 +10,8 @@ Contract
 - ``infer(in_types, attrs) -> [(shape, dtype), ...]`` is the shape/dtype
   rule, ``impl(*arrays, **attrs)`` the NumPy reference (returns an array or a
   tuple of arrays). ``kind`` tells the code generators how the op iterates:
-  ``elementwise`` | ``reduction`` | ``matmul`` | ``shape`` | ``composite``.
+  ``elementwise`` | ``reduction`` | ``matmul`` | ``shape`` | ``composite`` |
+  ``kernel`` (a statement with its own loop nest: scans, gathers ...).
 - ``get_op(name)`` raises ``UnknownOpError`` naming the op and this registry.
 - Errors raised for user mistakes derive from ``GradjitError`` and carry the
   user's source line (``user_site()``: first frame outside gradjit).
@@ -56,12 +57,19 @@ class Site:
         return f'File "{self.filename}", line {self.lineno}: {self.text}'
 
 
+_OURS_CACHE = {}
+
+
 def user_site():
     """The first stack frame outside gradjit (the user's line), or None."""
     f = sys._getframe(1)
+    ours = _OURS_CACHE
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_OURS) and not fn.startswith("<frozen"):
+        mine = ours.get(fn)
+        if mine is None:
+            mine = ours[fn] = fn.startswith(_OURS) or fn.startswith("<frozen")
+        if not mine:
             return Site(fn, f.f_lineno)
         f = f.f_back
     return None
@@ -174,7 +182,7 @@ class OpDef:
 
 
 OPS: dict[str, OpDef] = {}
-_KINDS = ("elementwise", "reduction", "matmul", "shape", "composite")
+_KINDS = ("elementwise", "reduction", "matmul", "shape", "composite", "kernel")
 
 
 def defop(schema, kind, infer, impl):
