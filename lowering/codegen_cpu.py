@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
+from gradjit.lowering.codegen_cpu_math import math_expr
 from gradjit.lowering.schedule import Loop, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
@@ -55,6 +57,7 @@ class _Emitter:
         self.layout = {}  # Value -> "C" | "F" | "A" for statement outputs (others are C)
         self.prologue = []
         self.parallel = False
+        self.imports = set()  # extra import lines (e.g. the special-function module)
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -138,6 +141,9 @@ def _expr(node, a, e):
         return f"({a[0]} {cmps[base]} {rhs})"
     if op == "_to_copy.default":
         return f"({a[0]} != 0)" if out == np.bool_ else f"{_np_dtype(out)}({a[0]})"
+    family = math_expr(node, a, e)
+    if family is not None:
+        return family
     raise NotImplementedError(f"CPU code generator: no scalar expression for elementwise op '{op}'")
 
 
@@ -145,7 +151,22 @@ def _acc_init(node):
     dt = node.outputs[0].dtype
     if node.op == "amax.default":
         return "-np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).min"
+    if node.op == "amin.default":
+        return "np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).max"
+    if node.op in ("prod.default", "prod.dim_int"):
+        return "1.0" if dt.kind == "f" else "1"
     return "0.0" if dt.kind == "f" else "0"
+
+
+def _acc_update(node, tgt, x):
+    """The accumulation statement of a reduction (NaN propagates through max/min)."""
+    if node.op == "amax.default":
+        return f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}"
+    if node.op == "amin.default":
+        return f"{tgt} = {x} if ({x} < {tgt} or {x} != {x}) else {tgt}"
+    if node.op in ("prod.default", "prod.dim_int"):
+        return f"{tgt} *= {x}"
+    return f"{tgt} += {x}"
 
 
 def _loop(e, loop, inline):
@@ -179,7 +200,7 @@ def _loop(e, loop, inline):
     size = int(np.prod(space)) if space else 1
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
-           and not any(n.op == "amax.default" for n in scalar_red))
+           and all(n.op == "sum.default" for n in scalar_red))
     e.parallel |= par
     for d in range(r):
         rng = "prange" if par and d == 0 else "range"
@@ -189,19 +210,13 @@ def _loop(e, loop, inline):
         out = n.outputs[0]
         x = read(n.inputs[0])
         if n in scalar_red:
-            if n.op == "amax.default":
-                e.emit(depth, f"r{out.id} = {x} if ({x} > r{out.id} or {x} != {x}) else r{out.id}", n)
-            else:
-                e.emit(depth, f"r{out.id} += {x}", n)
+            e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
         elif n in array_red:
             dims = reduced_dims(n)
             keep = n.attrs.get("keepdim", False)
             idx = [("0" if d in dims else f"i{d}") for d in range(r) if keep or d not in dims]
             tgt = f"v{out.id}[{', '.join(idx)}]"
-            if n.op == "amax.default":
-                e.emit(depth, f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}", n)
-            else:
-                e.emit(depth, f"{tgt} += {x}", n)
+            e.emit(depth, _acc_update(n, tgt, x), n)
         else:
             regs[out] = f"t{out.id}"
             e.emit(depth, f"t{out.id} = {_expr(n, [read(v) for v in n.inputs], e)}", n)
@@ -262,7 +277,7 @@ def _stmt(e, node):
             layout = "A"
     elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
         e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out)}", node)
-    else:
+    elif not kernel_stmt(e, node):
         raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
     lay[out] = layout
 
@@ -285,6 +300,7 @@ def generate(graph, name="entry"):
         "import numba",
         "import numpy as np",
         "from numba import prange",
+        *sorted(e.imports),
         "",
         "",
         f'@numba.njit(cache=True, error_model="numpy"{", parallel=True" if e.parallel else ""})',

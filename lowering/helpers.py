@@ -152,3 +152,7 @@ def log_softmax_backward_data(grad, result, dim):
 @helper
 def not_implemented(reason=""):  # handled by the loader; listed so the name is known
     raise NotImplementedError(reason)
+
+
+from gradjit.lowering import helpers_math  # noqa: E402,F401  (registers the family's helpers)
+from gradjit.lowering import helpers_reduce  # noqa: E402,F401

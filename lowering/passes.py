@@ -2,7 +2,8 @@
 
 Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
-  composite ops (``mean``, ``_softmax``, ``_log_softmax``) decomposed into the
+  composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
+  ``linalg_vector_norm``) decomposed into the
   primitive ops the code generators emit, duplicate nodes merged (CSE) and
   dead nodes removed (DCE). Inputs and their order are kept, so callers keep
   feeding the same arrays; captured constants travel along.
@@ -40,12 +41,34 @@ def _custom_function(*ins, function, n_in, tensor_args, ctx=None):
     return tuple(ins[n_in:])
 
 
+def _logsumexp(x, dim, keepdim):
+    # shift by the max (infinite maxima shift by 0, so all -inf gives -inf as torch)
+    m = x.amax(dim, keepdim=True).nan_to_num(0.0, 0.0, 0.0)
+    out = (x - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dim))
+
+
+def _vector_norm(x, ord, dim, keepdim):
+    if ord == 2:
+        return (x * x).sum(dim, keepdim).sqrt()
+    a = x.abs()
+    if ord == 1:
+        return a.sum(dim, keepdim)
+    if ord == float("inf"):
+        return a.amax(dim or (), keepdim)
+    if ord == float("-inf"):
+        return a.amin(dim or (), keepdim)
+    return a.pow(ord).sum(dim, keepdim).pow(1.0 / ord)
+
+
 DECOMPOSITIONS = {
     "custom_function": _custom_function,
     "mean.default": lambda x: x.sum() / x.numel(),
     "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim) / _count(x.shape, dim),
     "_softmax.default": _softmax,
     "_log_softmax.default": _log_softmax,
+    "logsumexp.default": _logsumexp,
+    "linalg_vector_norm.default": _vector_norm,
 }
 
 

@@ -6,8 +6,8 @@ Contract
   elementwise nodes whose output has that shape and reductions whose *input*
   has that shape (a reduction absorbs its producers). Member values live in
   registers; only values read outside the loop (or returned) are stored.
-- A ``Stmt`` is a node that is not a loop body: matmul (BLAS) and shape ops
-  (views / reshapes).
+- A ``Stmt`` is a node that is not a loop body: matmul (BLAS), shape ops
+  (views / reshapes) and kernels (scans, gathers: their own loop nest).
 - Legality: a node joins an earlier loop only if every input is available
   when that loop runs (an elementwise member of it, or produced by an earlier
   step); a reduction's result is never read inside its own loop.
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from gradjit.tracer.registry import get_op
 
-REDUCTIONS = {"sum.default", "sum.dim_IntList", "amax.default"}
+REDUCTIONS = {"sum.default", "sum.dim_IntList", "amax.default", "amin.default", "prod.default",
+              "prod.dim_int"}
 CONSTANT_OPS = {"zeros_like.default": 0, "ones_like.default": 1}
 
 
@@ -50,6 +51,8 @@ def reduced_dims(node):
     """Dims of the reduction's input that are reduced."""
     ndim = node.inputs[0].ndim
     dim = node.attrs.get("dim")
+    if isinstance(dim, int):   # prod.dim_int
+        return (dim,)
     return tuple(range(ndim)) if not dim else tuple(dim)
 
 
@@ -59,7 +62,7 @@ def _space(node):
         return node.inputs[0].shape
     if kind == "elementwise":
         return node.outputs[0].shape
-    if kind in ("matmul", "shape"):
+    if kind in ("matmul", "shape", "kernel"):
         return None
     raise NotImplementedError(f"no code generation for op '{node.op}' (kind {kind}): it must be "
                               f"decomposed by lowering/passes.py before scheduling")

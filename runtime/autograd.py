@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from gradjit.runtime.engine import run_backward
-from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.registry import GradjitRuntimeError
 from gradjit.tracer.tensor import Tensor
 
 
@@ -40,7 +40,7 @@ def _seeds(outputs, grad_outputs, batched=False):
             if o.data.size != 1:
                 made_by = (f", the result of {o.grad_fn.op} ({o.grad_fn.name()})"
                            if o.grad_fn is not None else "")
-                raise GradjitError("grad can be implicitly created only for scalar outputs "
+                raise GradjitRuntimeError("grad can be implicitly created only for scalar outputs "
                                    f"(outputs[{i}] has shape {o.shape}{made_by}); pass a gradient "
                                    f"of that shape", o.grad_fn.site if o.grad_fn else None)
             seeds.append(np.ones(o.shape, o.dtype))

@@ -55,11 +55,18 @@ def _analytical(outs, inputs, diff):
                 table[k, i] = np.zeros((n, inputs[i].data.size))
             continue
         eye = np.eye(n, dtype=o.dtype).reshape((n,) + o.shape)
-        res = _grad([o], [inputs[i] for i in diff], [eye], retain_graph=True, allow_unused=True,
-                    is_grads_batched=True)
-        for i, g in zip(diff, res):
-            table[k, i] = (np.zeros((n, inputs[i].data.size)) if g is None
-                           else np.asarray(g.data, np.float64).reshape(n, -1))
+        wrt = [inputs[i] for i in diff]
+        try:
+            res = _grad([o], wrt, [eye], retain_graph=True, allow_unused=True,
+                        is_grads_batched=True)
+            rows = [None if g is None else np.asarray(g.data, np.float64) for g in res]
+        except NotImplementedError:  # Python callbacks in backward: one row at a time
+            per_row = [_grad([o], wrt, [e], retain_graph=True, allow_unused=True) for e in eye]
+            rows = [None if r[0] is None else np.stack([np.asarray(x[j].data, np.float64)
+                                                        for x in per_row])
+                    for j, r in enumerate(zip(*per_row))]
+        for i, g in zip(diff, rows):
+            table[k, i] = np.zeros((n, inputs[i].data.size)) if g is None else g.reshape(n, -1)
     return table
 
 

@@ -67,8 +67,12 @@ def build_plan(hist, seed_types, targets, batched=False):
     outs = [x for x in grads if x is not None]
     bwd, feeds = extract(g, g.nodes[n_forward:], outs)
     bwd = optimize(bwd)
+    before = list(bwd.inputs)  # optimize may append constants (decompositions)
     spec = []
     for i in prune_inputs(bwd):
+        if i >= len(feeds):
+            spec.append(("const", bwd.constants[before[i]]))
+            continue
         v = feeds[i]
         if v in seeds:
             spec.append(("seed", seeds.index(v)))

@@ -246,10 +246,14 @@ def custom_rule(hist, slots):
             try:
                 res = cls.backward(_TracedCtx(ctx, saved, needs), *grads)
                 res = _per_tensor(cls, res, node.attrs["tensor_args"])
-                values = [r.value if isinstance(r, Tracer) else None for r in res]
-                if all(isinstance(r, Tracer) or r is None for r in res):
-                    return values + [None] * (len(node.inputs) - n_in)
-                raise TypeError("backward returned non-tensor gradients")
+                if not all(isinstance(r, Tracer) or r is None for r in res):
+                    raise TypeError("backward returned non-tensor gradients")
+                for i, (r, v) in enumerate(zip(res, node.inputs)):
+                    _check_grad_shape(cls, i, r, v.shape)
+                return [r.value if r is not None else None for r in res] + \
+                    [None] * (len(node.inputs) - n_in)
+            except _InvalidGradient:
+                raise
             except (GradjitError, TypeError, ValueError, AttributeError) as e:
                 if hist is None:
                     raise GradjitError(f"custom Function {cls.__name__}: its backward could not be "
@@ -269,6 +273,24 @@ def custom_rule(hist, slots):
             values[i] = v
         return values
     return rule
+
+
+class _InvalidGradient(GradjitError, RuntimeError):
+    pass
+
+
+def _check_grad_shape(cls, i, r, shape):
+    """As torch: a gradient must have the input's shape or one the input broadcasts to."""
+    if r is None or tuple(r.shape) == tuple(shape):
+        return
+    try:
+        ok = np.broadcast_shapes(tuple(shape), tuple(r.shape)) == tuple(r.shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise _InvalidGradient(f"Function {cls.__name__}Backward returned an invalid gradient at "
+                               f"index {i} - got {list(r.shape)} but expected shape compatible "
+                               f"with {list(shape)}")
 
 
 def _expand_needs(tensor_args, mask):

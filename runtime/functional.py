@@ -49,7 +49,8 @@ def _outputs(res):
     return outs, is_tuple
 
 
-def _grads(outputs, inputs, grad_outputs, create_graph, strict, what="Output", batched=False):
+def _grads(outputs, inputs, grad_outputs, create_graph, strict, subject="The output",
+           batched=False):
     diff = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
     if not diff:
         res = (None,) * len(inputs)
@@ -60,8 +61,8 @@ def _grads(outputs, inputs, grad_outputs, create_graph, strict, what="Output", b
     for i, (t, g) in enumerate(zip(inputs, res)):
         if g is None:
             if strict:
-                raise RuntimeError(f"The {what.lower()} of the user-provided function is independent "
-                                   f"of input {i}. This is not allowed in strict mode.")
+                raise RuntimeError(f"{subject} of the user-provided function is independent of "
+                                   f"input {i}. This is not allowed in strict mode.")
             lead = (np.asarray(getattr(grad_outputs[0], "data", grad_outputs[0])).shape[0],) \
                 if batched else ()
             g = Tensor(np.zeros(lead + t.shape, t.dtype))
@@ -87,8 +88,9 @@ def _vectors(v, like, name):
     if len(vs) != len(like):
         raise RuntimeError(f"v has {len(vs)} elements but the {name} has {len(like)}")
     for i, (a, b) in enumerate(zip(vs, like)):
-        if tuple(np.shape(getattr(a, "data", a))) != tuple(b.shape):
-            raise RuntimeError(f"Mismatch in shape: v[{i}] has a shape of {np.shape(a)} and the "
+        shape = tuple(np.shape(getattr(a, "data", a)))
+        if shape != tuple(b.shape):
+            raise RuntimeError(f"Mismatch in shape: v[{i}] has a shape of {shape} and the "
                                f"{name}[{i}] has a shape of {b.shape}.")
     return [a if isinstance(a, Tensor) else Tensor(np.asarray(a, b.dtype)) for a, b in zip(vs, like)]
 
@@ -114,7 +116,7 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
             res = [Tensor(np.zeros(o.shape, o.dtype)) for o in outs]
         else:
             res = _grads([x for x, _ in pairs], us, [w for _, w in pairs], create_graph, strict,
-                         "output")
+                         "The output")
     return _unwrap(_detach(outs, create_graph), out_tuple), _unwrap(res, out_tuple)
 
 
@@ -128,16 +130,21 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
         table = []
         for o in outs:
             n = o.data.size
-            if vectorize and n:
+            what = f"Output {len(table)}"
+            if vectorize and n and not create_graph:
                 eye = np.eye(n, dtype=o.dtype).reshape((n,) + o.shape)
-                rows = _grads([o], ins, [eye], create_graph, strict, batched=True)
-                table.append([r.reshape(o.shape + t.shape) for r, t in zip(rows, ins)])
-                continue
+                try:
+                    rows = _grads([o], ins, [eye], create_graph, strict, what, True)
+                    table.append([r.reshape(o.shape + t.shape) for r, t in zip(rows, ins)])
+                    continue
+                except NotImplementedError:
+                    pass  # Python callbacks in backward: row by row below
             per_in = [[] for _ in ins]
             for k in range(n):
                 e = np.zeros(n, o.dtype)
                 e[k] = 1.0
-                for j, r in enumerate(_grads([o], ins, [e.reshape(o.shape)], create_graph, strict)):
+                for j, r in enumerate(_grads([o], ins, [e.reshape(o.shape)], create_graph, strict,
+                                             what)):
                     per_in[j].append(r)
             table.append([_stack(rows, o.shape, t, create_graph) for rows, t in zip(per_in, ins)])
     if not out_tuple and not in_tuple:
@@ -202,7 +209,7 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
         pairs = [(x, w) for x, w in zip(g, vs) if x.requires_grad]
         if pairs:
             res = _grads([x for x, _ in pairs], ins, [w for _, w in pairs], create_graph, strict,
-                         "jacobian")
+                         "The jacobian")
         else:
             res = [Tensor(np.zeros(t.shape, t.dtype)) for t in ins]
     return _detach(outs, create_graph)[0], _unwrap(res, in_tuple)

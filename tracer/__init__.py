@@ -2,7 +2,7 @@
 
 Imports nothing from ``gradjit.lowering`` or ``gradjit.runtime``.
 """
-from gradjit.tracer import ops  # noqa: F401  (registers the op set)
+from gradjit.tracer import ops, ops_math, ops_reduce  # noqa: F401  (register the op set)
 from gradjit.tracer.api import register_frontend, where
 from gradjit.tracer.ir import Graph, Node, Value
 from gradjit.tracer.registry import OPS, GradjitError, ShapeError, get_op

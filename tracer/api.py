@@ -5,60 +5,21 @@ Contract
   operators and NumPy protocols (``__array_ufunc__`` / ``__array_function__``).
   Every method normalises its arguments (dims, sizes, scalars) and calls
   ``apply(op_name, tensors, attrs)``.
-- ``apply`` picks the front end by argument type (a ``Tracer`` anywhere means
-  the call is being traced) and lets it run or record the op. Front ends
-  register with ``register_frontend`` in priority order.
+- ``apply`` and argument normalisation live in ``tracer/dispatch.py`` (re-exported
+  here); op families add their methods through mixins (``methods_*.py``)
+  so this module stays the core surface.
 - Composite user ops (``matmul``, ``softmax`` ...) are spelled here in terms of
   registered ops, so the IR only ever holds registered ops.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim,  # noqa: F401
+                                     norm_dims, operands, register_frontend)
+from gradjit.tracer.methods_math import MathMethods
+from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
-
-_FRONTENDS = []
-
-
-def register_frontend(cls):
-    _FRONTENDS.append(cls)
-    return cls
-
-
-def apply(op, tensors, attrs):
-    for cls in _FRONTENDS:
-        for t in tensors:
-            if isinstance(t, cls):
-                return cls._apply(op, tensors, attrs)
-    raise TypeError(f"{op}: no gradjit tensor among the arguments {[type(t).__name__ for t in tensors]}")
-
-
-def is_scalar(x):
-    return isinstance(x, numbers.Number) and not isinstance(x, np.ndarray)
-
-
-def _py(x):
-    return x.item() if isinstance(x, np.generic) else x
-
-
-def norm_dim(d, ndim, op="dim"):
-    n = max(ndim, 1)
-    if not -n <= d < n:
-        raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
-                         f"but got {d})")
-    return d % n if ndim else 0
-
-
-def norm_dims(dim, ndim, op="dim"):
-    if dim is None:
-        return None
-    if isinstance(dim, numbers.Integral):
-        dim = (dim,)
-    dims = tuple(sorted({norm_dim(int(d), ndim, op) for d in dim}))
-    return dims if ndim else ()
-
 
 # Binary ops: (tensor op, scalar op, reversed-scalar handler)
 def _rdiv(t, s):
@@ -137,7 +98,7 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
-class ArrayOps:
+class ArrayOps(MathMethods, ReduceMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()

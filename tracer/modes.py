@@ -20,12 +20,38 @@ def is_grad_enabled():
 
 
 class set_grad_enabled(contextlib.ContextDecorator):
+    """Like torch: called plainly it switches the mode at once; as a context manager
+    it restores the previous mode on exit; as a decorator it leaves the current mode
+    alone and applies ``mode`` around every call."""
+
     def __init__(self, mode):
         self.mode = bool(mode)
         self.prev = is_grad_enabled()
-        _state.enabled = self.mode  # torch: takes effect on construction too
+        _state.enabled = self.mode
+
+    def __call__(self, fn):
+        _state.enabled = self.prev  # decorating must not change the mode now
+        return super().__call__(fn)
+
+    def _recreate_cm(self):
+        return _Scoped(self.mode)
 
     def __enter__(self):
+        _state.enabled = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+
+class _Scoped:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.enabled = self.mode
         return self
 
     def __exit__(self, *exc):

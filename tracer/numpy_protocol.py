@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from scipy import special
+
 from gradjit.tracer.api import ArrayOps, apply, binary, matmul, where
+from gradjit.tracer.methods_math import binop
 from gradjit.tracer.registry import GradjitError, user_site
 
 
@@ -65,6 +68,31 @@ _UFUNCS = {
 }
 
 
+def _method(name):
+    return lambda x: getattr(x, name)()
+
+
+# The elementwise math family (tracer/ops_math.py): unary ufuncs map to methods,
+# binary ufuncs to their op with a scalar or array allowed on either side.
+_UFUNCS.update({f: _method(m) for f, m in [
+    (np.exp2, "exp2"), (np.expm1, "expm1"), (np.log2, "log2"), (np.log10, "log10"),
+    (np.log1p, "log1p"), (np.tan, "tan"), (np.arcsin, "asin"), (np.arccos, "acos"),
+    (np.arctan, "atan"), (np.sinh, "sinh"), (np.cosh, "cosh"), (np.arcsinh, "asinh"),
+    (np.arccosh, "acosh"), (np.arctanh, "atanh"), (np.floor, "floor"), (np.ceil, "ceil"),
+    (np.rint, "round"), (np.trunc, "trunc"), (np.square, "square"), (np.deg2rad, "deg2rad"),
+    (np.rad2deg, "rad2deg"), (np.radians, "deg2rad"), (np.degrees, "rad2deg"), (special.erf, "erf"), (special.erfc, "erfc"),
+    (special.erfinv, "erfinv"), (special.gammaln, "lgamma"), (special.psi, "digamma"),
+    (special.expit, "sigmoid"), (special.logit, "logit"),
+]})
+_UFUNCS.update({f: (lambda op: lambda a, b: binop(op, a, b))(op) for f, op in [
+    (np.arctan2, "atan2.default"), (np.hypot, "hypot.default"), (np.maximum, "maximum.default"),
+    (np.minimum, "minimum.default"), (np.fmax, "fmax.default"), (np.fmin, "fmin.default"),
+    (np.fmod, "fmod.Tensor"), (np.remainder, "remainder.Tensor"),
+    (np.copysign, "copysign.Tensor"), (np.logaddexp, "logaddexp.default"),
+    (np.logaddexp2, "logaddexp2.default"), (special.xlogy, "xlogy.Tensor"),
+]})
+
+
 def _np_reduce(name):
     def fn(a, axis=None, keepdims=False, **kw):
         if kw:
@@ -88,5 +116,42 @@ _FUNCTIONS = {
     np.expand_dims: lambda a, axis: a.unsqueeze(axis),
     np.broadcast_to: lambda a, shape: a.expand(shape),
     np.where: where,
+    np.clip: lambda a, a_min=None, a_max=None: a.clamp(a_min, a_max),
+    np.round: lambda a, decimals=0: a.round(decimals),
+    np.around: lambda a, decimals=0: a.round(decimals),
+    np.fix: lambda a: a.trunc(),
+    np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None: x.nan_to_num(
+        nan, posinf, neginf),
 }
+
+
+def _np_var(name):
+    def fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+        if dtype is not None or out is not None or kw:
+            _unsupported(f"np.{name} with dtype/out/{sorted(kw)}")
+        return getattr(a, name)(axis, keepdim=keepdims, correction=ddof)
+    return fn
+
+
+def _np_norm(x, ord=None, axis=None, keepdims=False):
+    if axis is None and ord is not None and x.ndim == 2 or isinstance(axis, tuple) and ord:
+        _unsupported(f"np.linalg.norm with a matrix ord={ord!r}")
+    return x.norm(2 if ord is None else ord, axis, keepdims)
+
+
+def _np_reduce_kw(name):
+    def fn(a, axis=None, keepdims=False, **kw):
+        if kw:
+            _unsupported(f"np.{name} with {sorted(kw)}")
+        return getattr(a, name)(axis=axis, keepdim=keepdims)
+    return fn
+
+
+_FUNCTIONS.update({
+    np.amin: _np_reduce_kw("amin"), np.min: _np_reduce_kw("amin"),
+    np.prod: lambda a, axis=None, keepdims=False: a.prod(axis, keepdims),
+    np.var: _np_var("var"), np.std: _np_var("std"), np.nansum: _np_reduce_kw("nansum"),
+    np.cumsum: lambda a, axis=None: a.reshape(-1).cumsum(0) if axis is None else a.cumsum(axis),
+    np.linalg.norm: _np_norm,
+})
 _NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}

@@ -89,6 +89,10 @@ class ShapeError(GradjitError, ValueError):
     pass
 
 
+class GradjitRuntimeError(GradjitError, RuntimeError):
+    """Where torch raises RuntimeError, so ported ``except RuntimeError`` code works."""
+
+
 class UnknownOpError(GradjitError, KeyError):
     def __str__(self):
         return self.args[0]

@@ -96,6 +96,13 @@ class Tracer(ArrayOps):
 def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
+    if array.ndim == 0:  # scalars: one input per (dtype, value), e.g. the 0 of where(c, g, 0)
+        key = ("scalar", array.dtype.str, array.tobytes())  # exact bits: -0.0 is not 0.0
+        v = graph.constant_ids.get(key)
+        if v is None:
+            v = graph.constant_ids[key] = graph.add_input((), array.dtype)
+            graph.constants[v] = array
+        return Tracer(graph, v)
     v = graph.constant_ids.get(id(array))
     if v is None or graph.constants[v] is not array:
         v = graph.add_input(array.shape, array.dtype)

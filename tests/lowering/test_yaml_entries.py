@@ -25,13 +25,19 @@ from tests.fd import numerical_grad
 @dataclass
 class Arg:
     shape: tuple
-    kind: str = "any"   # any | pos | nonzero | bool
+    kind: str = "any"   # any | pos | nonzero | bool | unit | gt1 | offint
 
     def make(self, rng):
         if self.kind == "bool":
             return rng.random(self.shape) > 0.5
         if self.kind == "pos":
             return rng.uniform(0.5, 2.0, self.shape)
+        if self.kind == "unit":
+            return rng.uniform(-0.9, 0.9, self.shape)
+        if self.kind == "gt1":
+            return rng.uniform(1.2, 3.0, self.shape)
+        if self.kind == "offint":
+            return rng.integers(-3, 3, self.shape) + rng.uniform(0.2, 0.8, self.shape)
         if self.kind == "nonzero":
             return rng.uniform(0.3, 1.5, self.shape) * rng.choice([-1.0, 1.0], self.shape)
         return rng.uniform(-1.0, 1.0, self.shape)
@@ -55,6 +61,18 @@ def NZ(*shape):
 
 def B(*shape):
     return Arg(shape, "bool")
+
+
+def UN(*shape):
+    return Arg(shape, "unit")
+
+
+def G1(*shape):
+    return Arg(shape, "gt1")
+
+
+def OI(*shape):
+    return Arg(shape, "offint")
 
 
 @dataclass
@@ -141,6 +159,62 @@ CASES = {
     # softmax
     "_softmax.default": C(lambda a: a.softmax(1), U(3, 4)),
     "_log_softmax.default": C(lambda a: a.log_softmax(0), U(3, 4)),
+    # unary math
+    "exp2.default": C(lambda a: a.exp2(), U(2, 3)),
+    "expm1.default": C(lambda a: a.expm1(), U(2, 3)),
+    "log2.default": C(lambda a: a.log2(), P(2, 3)),
+    "log10.default": C(lambda a: a.log10(), P(2, 3)),
+    "log1p.default": C(lambda a: a.log1p(), P(2, 3)),
+    "rsqrt.default": C(lambda a: a.rsqrt(), P(2, 3)),
+    "tan.default": C(lambda a: a.tan(), U(2, 3)),
+    "asin.default": C(lambda a: a.asin(), UN(2, 3)),
+    "acos.default": C(lambda a: a.acos(), UN(2, 3)),
+    "atan.default": C(lambda a: a.atan(), U(2, 3)),
+    "sinh.default": C(lambda a: a.sinh(), U(2, 3)),
+    "cosh.default": C(lambda a: a.cosh(), U(2, 3)),
+    "asinh.default": C(lambda a: a.asinh(), U(2, 3)),
+    "acosh.default": C(lambda a: a.acosh(), G1(2, 3)),
+    "atanh.default": C(lambda a: a.atanh(), UN(2, 3)),
+    "logit.default": C(lambda a: (a * 0.45 + 0.5).logit() + a.logit(eps=0.25), UN(2, 3)),
+    "erf.default": C(lambda a: a.erf(), U(2, 3)),
+    "erfc.default": C(lambda a: a.erfc(), U(2, 3)),
+    "erfinv.default": C(lambda a: a.erfinv(), UN(2, 3)),
+    "lgamma.default": C(lambda a: a.lgamma(), P(2, 3)),
+    "digamma.default": C(lambda a: a.digamma(), P(2, 3)),
+    "polygamma.default": C(lambda a: a.polygamma(2), P(2, 3)),
+    "floor.default": C(lambda a: a.floor() * a, OI(2, 3)),
+    "ceil.default": C(lambda a: a.ceil() * a, OI(2, 3)),
+    "round.default": C(lambda a: a.round() * a, OI(2, 3)),
+    "round.decimals": C(lambda a: a.round(1) * a, OI(2, 3)),
+    "trunc.default": C(lambda a: a.trunc() * a, OI(2, 3)),
+    "frac.default": C(lambda a: a.frac() * a, OI(2, 3)),
+    "clamp.default": C(lambda a: a.clamp(-0.3, 0.4), U(2, 3)),
+    "clamp_min.default": C(lambda a: a.clamp_min(0.1), U(2, 3)),
+    "clamp_max.default": C(lambda a: a.clamp_max(0.1), U(2, 3)),
+    "clamp_min.Tensor": C(lambda a, b: a.clamp_min(b), U(2, 3), U(3)),
+    "clamp_max.Tensor": C(lambda a, b: a.clamp_max(b), U(2, 3), U(2, 1)),
+    "nan_to_num.default": C(lambda a: a.nan_to_num() * a, U(2, 3)),
+    # binary math
+    "atan2.default": C(lambda a, b: a.atan2(b), U(2, 3), NZ(3)),
+    "hypot.default": C(lambda a, b: a.hypot(b), U(2, 3), NZ(3)),
+    "maximum.default": C(lambda a, b: a.maximum(b), U(2, 3), U(3)),
+    "minimum.default": C(lambda a, b: a.minimum(b), U(2, 3), U(3)),
+    "fmax.default": C(lambda a, b: a.fmax(b), U(2, 3), U(3)),
+    "fmin.default": C(lambda a, b: a.fmin(b), U(2, 3), U(3)),
+    "fmod.Tensor": C(lambda a, b: a.fmod(b), U(2, 3), P(3)),
+    "remainder.Tensor": C(lambda a, b: a % b, U(2, 3), P(3)),
+    "copysign.Tensor": C(lambda a, b: a.copysign(b), NZ(2, 3), NZ(3)),
+    "logaddexp.default": C(lambda a, b: a.logaddexp(b), U(2, 3), U(3)),
+    "logaddexp2.default": C(lambda a, b: a.logaddexp2(b), U(2, 3), U(3)),
+    "xlogy.Tensor": C(lambda a, b: a.xlogy(b), U(2, 3), P(3)),
+    "lerp.Tensor": C(lambda a, b, w: a.lerp(b, w), U(2, 3), U(3), UN(2, 1)),
+    # more reductions
+    "amin.default": C(lambda a: (a.amin(1), a.amin(), a.amin(0, keepdim=True)), U(3, 4)),
+    "prod.default": C(lambda a: a.prod(), NZ(2, 3)),
+    "prod.dim_int": C(lambda a: (a.prod(1), a.prod(0, keepdim=True)), NZ(2, 3)),
+    "logsumexp.default": C(lambda a: (a.logsumexp(1), a.logsumexp()), U(2, 3)),
+    "linalg_vector_norm.default": C(lambda a: (a.norm(), a.norm(1, 1), a.norm(3, 0)), NZ(2, 3)),
+    "cumsum.default": C(lambda a: (a.cumsum(1), a.cumsum(0)), U(2, 3)),
 }
 
 

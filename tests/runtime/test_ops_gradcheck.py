@@ -22,102 +22,13 @@ Hessian away from their kinks.
 """
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 import gradjit as gj
 from tests.fd import numerical_grad
-
-
-def normal(*shape):
-    return ("normal", shape)
-
-
-def pos(*shape):
-    return ("pos", shape)
-
-
-def away(*shape):
-    return ("away", shape)
-
-
-def distinct(*shape):
-    return ("distinct", shape)
-
-
-def ints(*shape):
-    return ("ints", shape)
-
-
-def _make(kind, shape, rng):
-    if kind == "normal":
-        return rng.standard_normal(shape)
-    if kind == "pos":
-        return rng.uniform(0.5, 2.0, shape)
-    if kind == "away":
-        return rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 1.5, shape)
-    if kind == "distinct":
-        n = int(np.prod(shape))
-        vals = rng.permutation(n) * 0.25 - 0.125 * n + rng.uniform(0.0, 0.05, n)
-        return vals.reshape(shape)
-    if kind == "ints":
-        return rng.integers(0, 3, shape).astype(np.float64)
-    raise ValueError(kind)
-
-
-def _shape_str(shape):
-    return "(" + ",".join(map(str, shape)) + ")"
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    fn: object
-    specs: tuple
-    nondiff: tuple = ()
-    rep: bool = False
-    tag: str = ""
-
-    @property
-    def id(self):
-        shapes = "".join(_shape_str(s) for _, s in self.specs)
-        return f"{self.name}{'/' + self.tag if self.tag else ''}-{shapes}"
-
-    @property
-    def diff(self):
-        return tuple(i for i in range(len(self.specs)) if i not in self.nondiff)
-
-    def rng(self, salt=""):
-        return np.random.default_rng(zlib.crc32((self.id + salt).encode()))
-
-    def arrays(self, salt="", dtype=np.float64):
-        rng = self.rng(salt)
-        return [_make(kind, shape, rng).astype(dtype) for kind, shape in self.specs]
-
-    def forward(self, *arrays):
-        """The case's forward on plain arrays (eager, no recording)."""
-        return self.fn(*map(gj.tensor, arrays)).data
-
-    def weights(self, arrays):
-        """Fixed random cotangent W (shape and dtype of the output): loss = sum(f * W)."""
-        out = self.forward(*arrays)
-        return self.rng("W").standard_normal(out.shape).astype(out.dtype)
-
-
-CASES = []
-
-
-def case(name, fn, *specs, nondiff=(), rep=False, tag=""):
-    c = Case(name, fn, specs, tuple(nondiff), rep, tag)
-    n = 1
-    while any(o.id == c.id for o in CASES):   # same op and shapes, another spelling
-        n += 1
-        c = Case(name, fn, specs, tuple(nondiff), rep, f"{tag}{n}")
-    CASES.append(c)
-
+from tests.runtime.cases import (CASES, Case, away, case, distinct, ints, normal,  # noqa: F401
+                                 pos)
 
 # A constant (not differentiated) matrix for the numpy-array @ tensor case.
 _M = np.random.default_rng(7).standard_normal((3, 4))
@@ -431,6 +342,8 @@ case("composite", lambda x, y: (x * y).sum() + x.exp() - (2.0 / x.sigmoid()) + y
      normal(), distinct(3), tag="0d", rep=True)
 case("composite", lambda x, y: (x @ y).squeeze(0).softmax(0) * x.sum(1, keepdim=True).squeeze(),
      normal(1, 3), normal(3, 1), tag="size1", rep=True)
+
+from tests.runtime import cases_math, cases_reduce  # noqa: E402,F401  (family cases)
 
 CASE_IDS = [c.id for c in CASES]
 assert len(set(CASE_IDS)) == len(CASE_IDS), [i for i in CASE_IDS if CASE_IDS.count(i) > 1]

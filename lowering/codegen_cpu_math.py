@@ -1,0 +1,111 @@
+"""Scalar templates of the elementwise math family for the CPU code generator.
+
+Contract
+- ``math_expr(node, a, e) -> str | None``: the scalar expression of one
+  elementwise node of ``tracer/ops_math.py`` given its input expressions
+  ``a`` (register names or array reads; they may appear more than once), or
+  ``None`` when the op is not in this family. ``codegen_cpu._expr`` asks here
+  first, so every op keeps joining the surrounding fused loop.
+- Scalar attributes (bounds, eps, decimals' scale) are ``consts`` slots
+  (``e.const``), never literals; small structural numbers of an op's
+  definition (0, 1, 0.5, 2) are literals of the output dtype, as in ``_expr``.
+- Functions Numba lacks (erfinv, digamma, polygamma, remainder, logaddexp,
+  logit with eps ...) come from ``lowering/special_cpu.py``, imported by the
+  module as ``sp`` when used (``e.imports``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_MATH = {
+    "expm1": "math.expm1", "log2": "math.log2", "log10": "math.log10", "log1p": "math.log1p",
+    "tan": "math.tan", "asin": "math.asin", "acos": "math.acos", "atan": "math.atan",
+    "sinh": "math.sinh", "cosh": "math.cosh", "asinh": "math.asinh", "acosh": "math.acosh",
+    "atanh": "math.atanh", "erf": "math.erf", "erfc": "math.erfc", "lgamma": "math.lgamma",
+    "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc", "round": "np.rint",
+}
+_SPECIAL = {"erfinv.default": 1, "digamma.default": 1, "remainder.Tensor": 2,
+            "logaddexp.default": 2, "logaddexp2.default": 2, "xlogy.Tensor": 2}
+_BINARY = {
+    "atan2.default": "math.atan2({0}, {1})",
+    "hypot.default": "math.hypot({0}, {1})",
+    "copysign.Tensor": "math.copysign({0}, {1})",
+    "fmod.Tensor": "np.fmod({0}, {1})",
+    # NaN-propagating maximum/minimum; fmax/fmin ignore a NaN operand
+    "maximum.default": "({0} if ({0} > {1} or {0} != {0}) else {1})",
+    "minimum.default": "({0} if ({0} < {1} or {0} != {0}) else {1})",
+    "fmax.default": "({0} if ({0} >= {1} or {1} != {1}) else {1})",
+    "fmin.default": "({0} if ({0} <= {1} or {1} != {1}) else {1})",
+    "clamp_min.Tensor": "({1} if {0} < {1} else {0})",
+    "clamp_max.Tensor": "({1} if {0} > {1} else {0})",
+}
+
+
+def _lit(x, dt):
+    dt = np.dtype(dt)
+    if dt == np.float64 or dt.kind != "f":
+        return repr(float(x)) if dt.kind == "f" else repr(int(x))
+    return f"np.{dt.name}({float(x)!r})"
+
+
+def _special(e, name, args):
+    e.imports.add("from gradjit.lowering import special_cpu as sp")
+    return f"sp.{name}({', '.join(args)})"
+
+
+def math_expr(node, a, e):
+    op, at = node.op, node.attrs
+    out = node.outputs[0].dtype
+    ref = node.inputs[0].dtype
+    base = op.split(".")[0]
+    one = _lit(1, out)
+    if op.endswith(".default") and base in _MATH:
+        return f"{_MATH[base]}({a[0]})"
+    if op in _BINARY:
+        return _BINARY[op].format(*a)
+    if op in _SPECIAL:
+        if op == "remainder.Tensor" and out.kind != "f":
+            return f"({a[0]} % {a[1]})"
+        return _special(e, base, a)
+    if op == "exp2.default":
+        return f"{_lit(2, out)} ** {a[0]}"
+    if op == "rsqrt.default":
+        return f"{one} / math.sqrt({a[0]})"
+    if op == "frac.default":
+        return f"({a[0]} - np.trunc({a[0]}))"
+    if op == "polygamma.default":
+        return _special(e, "polygamma", [repr(int(at["n"])), a[0]])
+    if op == "logit.default":
+        if at["eps"] is None:
+            return f"math.log({a[0]} / ({one} - {a[0]}))"
+        lo, hi = e.const(at["eps"], out), e.const(1.0 - at["eps"], out)
+        return _special(e, "logit", [a[0], lo, hi])
+    if op == "round.decimals":
+        d = int(at["decimals"])
+        k = e.const(10.0 ** abs(d), ref)
+        return f"np.rint({a[0]} * {k}) / {k}" if d >= 0 else f"np.rint({a[0]} / {k}) * {k}"
+    if op in ("clamp.default", "clamp_min.default", "clamp_max.default"):
+        lo = at.get("min") if base != "clamp_max" else None
+        hi = at.get("max") if base != "clamp_min" else None
+        x = a[0]
+        if lo is not None and hi is not None:
+            return _special(e, "clamp", [x, e.const(lo, ref), e.const(hi, ref)])
+        if lo is not None:
+            c = e.const(lo, ref)
+            return f"({c} if {x} < {c} else {x})"
+        c = e.const(hi, ref)
+        return f"({c} if {x} > {c} else {x})"
+    if op == "nan_to_num.default":
+        x = a[0]
+        if out.kind != "f":
+            return x
+        info = np.finfo(out)
+        n = e.const(0.0 if at["nan"] is None else at["nan"], out)
+        p = e.const(info.max if at["posinf"] is None else at["posinf"], out)
+        m = e.const(info.min if at["neginf"] is None else at["neginf"], out)
+        return f"({n} if {x} != {x} else ({p} if {x} == np.inf else ({m} if {x} == -np.inf else {x})))"
+    if op == "lerp.Tensor":
+        x, y, w = a
+        half = _lit(0.5, out)
+        return f"({x} + {w} * ({y} - {x}) if abs({w}) < {half} else {y} - ({y} - {x}) * ({one} - {w}))"
+    return None

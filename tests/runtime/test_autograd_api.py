@@ -1,0 +1,600 @@
+"""``gj.autograd.backward`` / ``gj.autograd.grad``: arguments, messages and memory, as torch.
+
+Values run on the NumPy reference interpreter (the ``interpreted`` fixture)
+except the few tests that are about compiled plans (``is_grads_batched``
+compiled once). Messages follow ``torch.autograd``; where torch itself has
+changed the quoting of a name over versions (``'inputs'`` / `` `inputs` ``)
+both spellings are accepted.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+A = gj.autograd
+Q = "[`']"  # torch quotes argument names with ' (older) or ` (newer)
+
+FREED = "Trying to backward through the graph a second time"
+
+
+def leaf(values, dtype=np.float64):
+    return gj.tensor(np.asarray(values, dtype=dtype), requires_grad=True)
+
+
+# --------------------------------------------------------------------------------------
+# implicit gradients and shape checks
+# --------------------------------------------------------------------------------------
+
+def test_implicit_grad_only_for_scalar_outputs(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 2
+    msg = "grad can be implicitly created only for scalar outputs"
+    with pytest.raises(Exception, match=msg):
+        y.backward()
+    with pytest.raises(Exception, match=msg):
+        A.backward([y])
+    with pytest.raises(Exception, match=msg):
+        A.grad(y, x)
+    assert x.grad is None
+
+
+def test_implicit_grad_error_is_a_runtime_error(interpreted):
+    # torch raises RuntimeError; code ported from torch catches that.
+    x = leaf([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar"):
+        (x * 2).backward()
+
+
+def test_implicit_grad_for_single_element_outputs(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    (x * x).sum().reshape(1).backward()       # shape (1,): one element, as torch allows
+    np.testing.assert_allclose(x.grad.data, [2.0, 4.0, 6.0])
+    (g,) = A.grad((x ** 3).sum(), x)
+    np.testing.assert_allclose(g.data, [3.0, 12.0, 27.0])
+
+
+def test_explicit_gradient_for_non_scalar(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    v = np.array([1.0, -1.0, 0.5])
+    (x * x).backward(gj.tensor(v))
+    np.testing.assert_allclose(x.grad.data, 2 * np.array([1.0, 2.0, 3.0]) * v)
+    (g,) = A.grad(x.exp(), x, grad_outputs=gj.tensor(v))
+    np.testing.assert_allclose(g.data, np.exp([1.0, 2.0, 3.0]) * v)
+
+
+def test_mismatch_in_shape_backward_and_grad(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    a, b = x * 2, (x * 3).sum()
+    pat = (r"Mismatch in shape: grad_output\[0\] has a shape of .*2.* and output\[0\] has a "
+           r"shape of .*3")
+    with pytest.raises(RuntimeError, match=pat):
+        a.backward(gj.tensor(np.ones(2)))
+    with pytest.raises(RuntimeError, match=pat):
+        A.grad([a], [x], grad_outputs=[gj.tensor(np.ones(2))], retain_graph=True)
+    # The index names the offending pair.
+    pat1 = (r"Mismatch in shape: grad_output\[1\] has a shape of .* and output\[1\] has a "
+            r"shape of ")
+    with pytest.raises(RuntimeError, match=pat1):
+        A.grad([a, b], [x], grad_outputs=[gj.tensor(np.ones(3)), gj.tensor(np.ones(4))])
+    with pytest.raises(RuntimeError, match=pat1):
+        A.backward([a, b], grad_tensors=[gj.tensor(np.ones(3)), gj.tensor(np.ones((1, 1)))])
+    assert x.grad is None
+
+
+def test_mismatch_in_shape_batched_variant(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 2
+    with pytest.raises(RuntimeError) as info:
+        A.grad(y, x, grad_outputs=gj.tensor(np.ones((2, 4))), is_grads_batched=True)
+    msg = str(info.value)
+    assert msg.startswith("If `is_grads_batched=True`, we interpret the first dimension of each "
+                          "grad_output as the batch dimension.")
+    assert "grad_output[0] has a shape of" in msg and "output[0] has a shape of" in msg
+    assert "consider using vmap" in msg
+
+
+def test_output_without_grad_fn_rejected(interpreted):
+    x = gj.tensor(np.ones(3))
+    with pytest.raises(RuntimeError, match="element 0 of tensors does not require grad and does "
+                                           "not have a grad_fn"):
+        (x * 2).sum().backward()
+
+
+def test_grad_wrt_tensor_not_requiring_grad(interpreted):
+    x = leaf([1.0, 2.0])
+    c = gj.tensor(np.ones(2))
+    with pytest.raises(RuntimeError, match="One of the differentiated Tensors"):
+        A.grad((x * c).sum(), [x, c])
+
+
+# --------------------------------------------------------------------------------------
+# deprecated and rejected arguments
+# --------------------------------------------------------------------------------------
+
+def test_grad_variables_deprecated_but_works(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 2
+    with pytest.warns(Warning, match=f"{Q}grad_variables{Q} is deprecated. Use "
+                                     f"{Q}grad_tensors{Q} instead."):
+        A.backward([y], grad_variables=[gj.tensor(np.array([1.0, 2.0, 3.0]))])
+    np.testing.assert_allclose(x.grad.data, [2.0, 4.0, 6.0])
+
+
+def test_grad_variables_and_grad_tensors_both_given(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match=f"{Q}grad_tensors{Q} and {Q}grad_variables{Q} "
+                                               r"\(deprecated\) arguments both passed to "
+                                               f"{Q}?backward\\(\\){Q}?"):
+            A.backward([y], grad_tensors=[gj.tensor(np.ones(3))],
+                       grad_variables=[gj.tensor(np.ones(3))])
+    assert x.grad is None
+
+
+def test_empty_inputs_rejected_by_backward(interpreted):
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    with pytest.raises(RuntimeError, match=f"{Q}inputs{Q} argument to {Q}?backward\\(\\){Q}? "
+                                           "cannot be empty"):
+        A.backward([y], inputs=[])
+    with pytest.raises(RuntimeError, match="cannot be empty"):
+        y.backward(inputs=[])
+    assert x.grad is None
+
+
+def test_empty_inputs_rejected_by_grad(interpreted):
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    # torch 2.x: "`inputs` argument to `grad()` cannot be empty."; older: "grad requires
+    # non-empty inputs."
+    with pytest.raises(RuntimeError, match=r"non-empty inputs|cannot be empty"):
+        A.grad(y, [])
+    with pytest.raises(RuntimeError, match=r"non-empty inputs|cannot be empty"):
+        A.grad(y, ())
+
+
+def test_only_inputs_false_warns(interpreted):
+    x = leaf([1.0, 2.0])
+    with pytest.warns(Warning, match="only_inputs argument is deprecated and is ignored now"):
+        (g,) = A.grad((x * x).sum(), x, only_inputs=False)
+    np.testing.assert_allclose(g.data, [2.0, 4.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        A.grad((x * x).sum(), x)                  # the default does not warn
+
+
+@pytest.mark.parametrize("bad", ["a", [1.0, 2.0, 3.0], {"g": 1}, object()],
+                         ids=["str", "list", "dict", "object"])
+def test_non_tensor_grad_tensors_are_type_errors(interpreted, bad):
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 2
+    with pytest.raises(TypeError, match="gradients can be either Tensors or None, but got "
+                                        + type(bad).__name__):
+        A.backward([y], grad_tensors=[bad])
+    with pytest.raises(TypeError, match="gradients can be either Tensors or None"):
+        A.grad([y], [x], grad_outputs=[bad])
+
+
+def test_grad_tensors_none_entry_means_implicit(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    s, v = (x * x).sum(), x * 3
+    A.backward([s, v], grad_tensors=[None, gj.tensor(np.ones(3))])
+    np.testing.assert_allclose(x.grad.data, 2 * np.array([1.0, 2.0, 3.0]) + 3)
+
+
+def test_grad_outputs_count_mismatch(interpreted):
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError):
+        A.grad([(x * x).sum()], [x], grad_outputs=[None, None])
+
+
+# --------------------------------------------------------------------------------------
+# allow_unused, materialize_grads, inputs=
+# --------------------------------------------------------------------------------------
+
+def test_allow_unused(interpreted):
+    x, z = leaf([1.0, 2.0]), leaf([5.0, 6.0, 7.0])
+    y = (x * x).sum()
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph.*"
+                                           "allow_unused=True"):
+        A.grad(y, [x, z], retain_graph=True)
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+        A.grad(y, [x, z], retain_graph=True, allow_unused=False)
+    gx, gz = A.grad(y, [x, z], allow_unused=True)
+    np.testing.assert_allclose(gx.data, [2.0, 4.0])
+    assert gz is None
+
+
+def test_materialize_grads(interpreted):
+    x, z = leaf([1.0, 2.0]), leaf([[5.0, 6.0, 7.0]])
+    y = (x * x).sum()
+    gx, gz = A.grad(y, [x, z], materialize_grads=True, retain_graph=True)
+    np.testing.assert_allclose(gx.data, [2.0, 4.0])
+    assert isinstance(gz, gj.Tensor)
+    assert gz.shape == (1, 3) and gz.dtype == np.float64
+    np.testing.assert_array_equal(gz.data, 0.0)
+    gx, gz = A.grad(y, [x, z], materialize_grads=True, allow_unused=True)
+    np.testing.assert_array_equal(gz.data, 0.0)
+    with pytest.raises(ValueError, match="Expected allow_unused to be True or not passed when "
+                                         "materialize_grads=True, but got: allow_unused=False."):
+        A.grad((x * x).sum(), [x, z], materialize_grads=True, allow_unused=False)
+
+
+def test_inputs_restricts_accumulation_to_leaves(interpreted):
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a * b).sum().backward(inputs=[a])
+    np.testing.assert_allclose(a.grad.data, [3.0, 4.0])
+    assert b.grad is None
+    A.backward([(a * b).sum()], inputs=[b])
+    np.testing.assert_allclose(a.grad.data, [3.0, 4.0])  # untouched by the second call
+    np.testing.assert_allclose(b.grad.data, [1.0, 2.0])
+
+
+def test_inputs_may_name_a_non_leaf(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    h = x * 2
+    y = (h * h).sum()
+    y.backward(inputs=[h])
+    np.testing.assert_allclose(h.grad.data, 2 * 2 * np.array([1.0, 2.0, 3.0]))
+    assert x.grad is None
+
+
+def test_inputs_single_tensor_not_list(interpreted):
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    A.backward((a * b).sum(), inputs=b)
+    assert a.grad is None
+    np.testing.assert_allclose(b.grad.data, [1.0, 2.0])
+
+
+def test_grad_does_not_touch_dot_grad(interpreted):
+    x = leaf([1.0, 2.0])
+    (g,) = A.grad((x * x).sum(), x)
+    assert isinstance(g, gj.Tensor) and g.grad_fn is None and not g.requires_grad
+    assert x.grad is None
+
+
+def test_grad_returns_tuple_for_several_inputs_and_outputs(interpreted):
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    y1, y2 = (a * b).sum(), (a * a).sum()
+    ga, gb = A.grad([y1, y2], [a, b])                 # sum of both outputs' gradients
+    np.testing.assert_allclose(ga.data, [3.0 + 2.0, 4.0 + 4.0])
+    np.testing.assert_allclose(gb.data, [1.0, 2.0])
+
+
+def test_accumulation_into_grad_across_calls(interpreted):
+    x = leaf([1.0, 2.0, 3.0])
+    for k in range(1, 4):
+        (x * x).sum().backward()
+        np.testing.assert_allclose(x.grad.data, k * 2 * np.array([1.0, 2.0, 3.0]))
+    (x.exp()).sum().backward()                          # another structure adds to it too
+    np.testing.assert_allclose(x.grad.data, 6 * np.array([1.0, 2.0, 3.0]) + np.exp([1.0, 2, 3]))
+    x.grad = None
+    (x * 4).sum().backward()
+    np.testing.assert_allclose(x.grad.data, [4.0, 4.0, 4.0])
+
+
+def test_shared_subexpression_used_twice(interpreted):
+    x = leaf([0.5, -1.0])
+    h = x.tanh()
+    (h * h + h).sum().backward()
+    t = np.tanh([0.5, -1.0])
+    np.testing.assert_allclose(x.grad.data, (2 * t + 1) * (1 - t ** 2))
+
+
+# --------------------------------------------------------------------------------------
+# retain_graph and releasing saved values
+# --------------------------------------------------------------------------------------
+
+def test_second_backward_without_retain_graph_raises(interpreted):
+    x = leaf([1.0, 2.0])
+    y = (x.exp() * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match=FREED):
+        y.backward()
+    with pytest.raises(RuntimeError, match=FREED):
+        A.grad(y, x)
+
+
+def test_grad_also_frees_the_graph(interpreted):
+    x = leaf([1.0, 2.0])
+    y = (x.sin() * x).sum()
+    A.grad(y, x)
+    with pytest.raises(RuntimeError, match="Specify retain_graph=True"):
+        A.grad(y, x)
+
+
+def test_retain_graph_allows_second_backward(interpreted):
+    x = leaf([1.0, 2.0])
+    y = (x.exp() * x).sum()
+    y.backward(retain_graph=True)
+    y.backward(retain_graph=True)
+    expected = np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0]))
+    np.testing.assert_allclose(x.grad.data, 2 * expected)
+    (g,) = A.grad(y, x)             # retain_graph=None: frees now
+    np.testing.assert_allclose(g.data, expected)
+    with pytest.raises(RuntimeError, match=FREED):
+        y.backward()
+
+
+def test_saved_arrays_released_after_backward(interpreted):
+    x = leaf(np.linspace(0.1, 1.0, 1000))
+    h = x.exp()
+    fn = h.grad_fn
+    ref = weakref.ref(fn.out_data[0])
+    y = (h * h).sum()
+    del h
+    gc.collect()
+    assert ref() is not None             # still saved for backward
+    y.backward()
+    gc.collect()
+    assert fn.out_data is None
+    assert ref() is None                 # the array itself is gone
+
+
+def test_saved_arrays_kept_with_retain_graph(interpreted):
+    x = leaf([1.0, 2.0])
+    h = x.exp()
+    fn = h.grad_fn
+    y = (h * h).sum()
+    y.backward(retain_graph=True)
+    assert fn.out_data is not None
+    y.backward()
+    assert fn.out_data is None
+
+
+def test_other_graphs_not_freed(interpreted):
+    # Freeing one graph leaves an independent graph on the same leaf intact.
+    x = leaf([1.0, 2.0])
+    y1 = (x.exp()).sum()
+    y2 = (x.sin()).sum()
+    y1.backward()
+    y2.backward()
+    np.testing.assert_allclose(x.grad.data, np.exp([1.0, 2.0]) + np.cos([1.0, 2.0]))
+
+
+# --------------------------------------------------------------------------------------
+# is_grads_batched
+# --------------------------------------------------------------------------------------
+
+def _mlp(x, w1, w2):
+    return ((x @ w1).tanh() @ w2).sin()
+
+
+def test_is_grads_batched_equals_loop_of_vjps(interpreted, rng):
+    x = gj.tensor(rng.normal(size=(4, 3)))
+    w1 = gj.tensor(rng.normal(size=(3, 5)), requires_grad=True)
+    w2 = gj.tensor(rng.normal(size=(5, 2)), requires_grad=True)
+    out = _mlp(x, w1, w2)
+    V = rng.normal(size=(6, 4, 2))
+    g1, g2 = A.grad(out, [w1, w2], grad_outputs=gj.tensor(V), is_grads_batched=True,
+                    retain_graph=True)
+    assert g1.shape == (6, 3, 5) and g2.shape == (6, 5, 2)
+    for k in range(6):
+        l1, l2 = A.grad(out, [w1, w2], grad_outputs=gj.tensor(V[k]), retain_graph=True)
+        np.testing.assert_allclose(g1.data[k], l1.data, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g2.data[k], l2.data, rtol=1e-12, atol=1e-12)
+
+
+def test_is_grads_batched_materialize_has_batch_dim(interpreted):
+    x, z = leaf([1.0, 2.0]), leaf([1.0, 2.0, 3.0])
+    gx, gz = A.grad(x * x, [x, z], grad_outputs=gj.tensor(np.eye(2)), is_grads_batched=True,
+                    materialize_grads=True)
+    np.testing.assert_allclose(gx.data, np.diag([2.0, 4.0]))
+    assert gz.shape == (2, 3)
+    np.testing.assert_array_equal(gz.data, 0.0)
+
+
+def test_is_grads_batched_compiled_once(rng):
+    def step(seed):
+        r = np.random.default_rng(seed)
+        w = gj.tensor(r.normal(size=(3, 4)), requires_grad=True)
+        x = gj.tensor(r.normal(size=(5, 3)))
+        out = (x @ w).tanh() * 1.5
+        V = r.normal(size=(7, 5, 4))
+        (g,) = A.grad(out, w, grad_outputs=gj.tensor(V), is_grads_batched=True)
+        t = np.tanh(x.data @ w.data)
+        expected = np.einsum("ij,bjk->bik", x.data.T, V * 1.5 * (1 - t ** 2))
+        np.testing.assert_allclose(g.data, expected, rtol=1e-10, atol=1e-12)
+
+    step(1)
+    before = gj.stats()
+    step(2)
+    after = gj.stats()
+    assert after["compiles"] == before["compiles"]
+    assert after["disk_hits"] == before["disk_hits"]
+    assert after["memory_hits"] > before["memory_hits"]
+
+
+def test_is_grads_batched_requires_given_grad_outputs(interpreted):
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError):
+        A.grad((x * x).sum(), x, is_grads_batched=True)
+
+
+# --------------------------------------------------------------------------------------
+# grad modes
+# --------------------------------------------------------------------------------------
+
+def test_no_grad_context_and_decorator(interpreted):
+    x = leaf([1.0, 2.0])
+    with gj.no_grad():
+        assert not gj.is_grad_enabled()
+        y = x * 2
+    assert gj.is_grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None
+
+    @gj.no_grad()
+    def f(t):
+        assert not gj.is_grad_enabled()
+        return t * 2
+
+    assert not f(x).requires_grad
+    assert gj.is_grad_enabled()
+    assert A.no_grad is gj.no_grad
+
+
+def test_enable_grad_inside_no_grad(interpreted):
+    x = leaf([1.0, 2.0])
+    with gj.no_grad():
+        with gj.enable_grad():
+            y = x * 2
+        z = x * 2
+        assert not gj.is_grad_enabled()
+
+        @gj.enable_grad()
+        def f(t):
+            return t * 3
+
+        w = f(x)
+        assert not gj.is_grad_enabled()
+    assert y.requires_grad and y.grad_fn is not None
+    assert not z.requires_grad
+    assert w.requires_grad
+    w.sum().backward()
+    np.testing.assert_allclose(x.grad.data, [3.0, 3.0])
+
+
+def test_set_grad_enabled_context_and_function(interpreted):
+    x = leaf([1.0, 2.0])
+    with gj.set_grad_enabled(False):
+        assert not gj.is_grad_enabled()
+        assert not (x * 2).requires_grad
+        with gj.set_grad_enabled(True):
+            assert (x * 2).requires_grad
+        assert not gj.is_grad_enabled()
+    assert gj.is_grad_enabled()
+    gj.set_grad_enabled(False)          # as a function, as torch
+    try:
+        assert not gj.is_grad_enabled()
+    finally:
+        gj.set_grad_enabled(True)
+    assert gj.is_grad_enabled()
+
+
+def test_set_grad_enabled_decorator(interpreted):
+    x = leaf([1.0, 2.0])
+
+    @gj.set_grad_enabled(False)
+    def f(t):
+        return gj.is_grad_enabled(), (t * 2).requires_grad
+
+    try:
+        assert gj.is_grad_enabled(), "decorating must not change the current grad mode"
+        for _ in range(2):                           # every call, not only the first
+            assert f(x) == (False, False)
+            assert gj.is_grad_enabled()
+    finally:
+        A.set_grad_enabled(True)
+
+
+def test_inference_mode(interpreted):
+    x = leaf([1.0, 2.0])
+    assert A.inference_mode is gj.inference_mode
+    with gj.inference_mode():
+        assert not gj.is_grad_enabled()
+        y = x * 2
+    assert gj.is_grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None
+    # An inference tensor can never be saved for a recorded graph later.
+    w = leaf([3.0, 4.0])
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        y * w
+
+    @gj.inference_mode()
+    def f(t):
+        return t * 3
+
+    assert not f(x).requires_grad
+    assert gj.is_grad_enabled()
+    with gj.inference_mode(False):
+        assert gj.is_grad_enabled()
+        assert (x * 2).requires_grad
+
+
+def test_grad_modes_restore_on_exception(interpreted):
+    with pytest.raises(ValueError):
+        with gj.no_grad():
+            raise ValueError
+    assert gj.is_grad_enabled()
+    with pytest.raises(ValueError):
+        with gj.inference_mode():
+            raise ValueError
+    assert gj.is_grad_enabled()
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "set_grad_enabled", "inference_mode"])
+def test_grad_modes_are_thread_local(interpreted, mode):
+    x = leaf([1.0, 2.0])
+    entered, checked = threading.Event(), threading.Event()
+    seen = {}
+
+    def worker():
+        cm = {"no_grad": gj.no_grad, "inference_mode": gj.inference_mode,
+              "set_grad_enabled": lambda: gj.set_grad_enabled(False)}[mode]()
+        with cm:
+            seen["inside"] = gj.is_grad_enabled()
+            seen["records"] = (x * 2).requires_grad
+            entered.set()
+            checked.wait(10)
+        seen["after"] = gj.is_grad_enabled()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        assert entered.wait(10)
+        # The other thread is inside its no-grad block right now; this one is not.
+        assert gj.is_grad_enabled()
+        y = x * 2
+        assert y.requires_grad and y.grad_fn is not None
+    finally:
+        checked.set()
+        t.join(10)
+    assert seen == {"inside": False, "records": False, "after": True}
+
+    with gj.no_grad():   # and the other way round: a fresh thread starts with grad enabled
+        res = {}
+        th = threading.Thread(target=lambda: res.update(on=gj.is_grad_enabled(),
+                                                        rec=(x * 2).requires_grad))
+        th.start()
+        th.join(10)
+    assert res == {"on": True, "rec": True}
+
+
+
+# --------------------------------------------------------------------------------------
+# small cases torch handles
+# --------------------------------------------------------------------------------------
+
+def test_output_that_is_the_input_leaf(interpreted):
+    x = leaf([1.0, 2.0])
+    (g,) = A.grad(x, x, grad_outputs=gj.tensor(np.array([3.0, 4.0])))
+    np.testing.assert_allclose(g.data, [3.0, 4.0])
+    x.backward(gj.tensor(np.array([5.0, 6.0])))
+    np.testing.assert_allclose(x.grad.data, [5.0, 6.0])
+
+
+def test_detach_stops_gradient(interpreted):
+    x = leaf([1.0, 2.0])
+    d = x.detach() * 2
+    assert not d.requires_grad
+    (g,) = A.grad((d * x).sum(), x)
+    np.testing.assert_allclose(g.data, [2.0, 4.0])
+
+
+def test_float32_gradients_stay_float32(interpreted):
+    x = gj.tensor(np.array([1.0, 2.0], dtype=np.float32), requires_grad=True)
+    (x * x).sum().backward()
+    assert x.grad.dtype == np.float32
+    (g,) = A.grad((x ** 3).sum(), x, create_graph=True)
+    (h,) = A.grad(g.sum(), x)
+    assert g.dtype == np.float32 and h.dtype == np.float32
+    np.testing.assert_allclose(h.data, [6.0, 12.0])

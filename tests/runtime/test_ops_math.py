@@ -1,0 +1,139 @@
+"""The elementwise math family at its edges: ties, bounds, NaN, dtypes, errors.
+
+Finite-difference gradchecks of every op live in ``cases_math.py`` (run by
+``test_ops_gradcheck.py``); here are the behaviours gradchecks cannot see:
+torch's conventions at non-differentiable points, dtype rules, the compiled
+special functions against SciPy, and error messages.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import special
+
+import gradjit as gj
+from gradjit.lowering import special_cpu as sp
+
+
+def _grads(fn, *arrays):
+    ts = [gj.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    fn(*ts).sum().backward()
+    tensor_mode = [np.asarray(t.grad) for t in ts]
+    jit_mode = gj.grad(lambda *xs: fn(*xs).sum(), argnums=tuple(range(len(arrays))))(*arrays)
+    for a, b in zip(tensor_mode, jit_mode):
+        np.testing.assert_array_equal(a, b)
+    return tensor_mode
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def executor(request, monkeypatch):
+    if request.param == "numpy":
+        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    else:
+        monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
+    return request.param
+
+
+def test_edges_follow_torch(executor):
+    """One graph (compiled once) with every convention at a kink, as torch defines it."""
+    x = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
+    y = np.array([-1.0, 1.0, 0.5, np.nan, 0.0])
+
+    def f(x, y):
+        return (x.clamp(-1.0, 1.0)            # inclusive bounds: gradient 1 at -1 and 1
+                + 10.0 * x.maximum(y)          # ties split half and half
+                + 100.0 * x.fmax(y)            # ties and NaN other go to self
+                + 1000.0 * x.floor())          # zero gradient, not undefined
+
+    gx, gy = _grads(f, x, y)
+    np.testing.assert_array_equal(gx, [1 + 5 + 100, 1 + 0 + 0, 1 + 5 + 100, 1 + 10 + 100, 10 + 100])
+    np.testing.assert_array_equal(gy[[0, 1, 2, 4]], [5.0, 10 + 100, 5.0, 0.0])
+
+
+def test_log_family_at_zero(interpreted):
+    x = gj.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    y = x.log2() + x.log10() + (x - 1.0).log1p()
+    assert np.isneginf(y.data[0])
+    y.sum().backward()
+    assert np.isposinf(x.grad.data[0])
+
+
+def test_rounding_gradient_is_zeros_in_tensor_mode(interpreted):
+    x = gj.tensor(np.array([0.4, 1.6, -2.5]), requires_grad=True)
+    (x.floor() + x.ceil() + x.round() + x.trunc()).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, np.zeros(3))
+
+
+def test_round_is_half_to_even_like_numpy_and_torch(interpreted):
+    x = np.array([0.5, 1.5, 2.5, -0.5, 0.25])
+    out = gj.jit(lambda a: a.round() + 10 * a.round(1))(x)
+    np.testing.assert_array_equal(out, np.round(x) + 10 * np.round(x, 1))
+
+
+def test_nan_to_num_values_and_gradient(interpreted):
+    x = np.array([np.nan, np.inf, -np.inf, 1.5])
+    o1, o2 = gj.jit(lambda a: (a.nan_to_num(nan=1.0, posinf=2.0), np.nan_to_num(a)))(x)
+    np.testing.assert_array_equal(o1, np.nan_to_num(x, nan=1.0, posinf=2.0))
+    np.testing.assert_array_equal(o2, np.nan_to_num(x))
+    g = gj.grad(lambda a: a.nan_to_num().sum())(x)
+    np.testing.assert_array_equal(g, [0.0, 0.0, 0.0, 1.0])
+
+
+def test_scalars_on_either_side_keep_float32(executor, monkeypatch):
+    x = np.linspace(0.13, 0.87, 6, dtype=np.float32).reshape(2, 3)
+
+    def f(a):
+        return (np.maximum(a, 0.5) + np.arctan2(1.0, a) + 2.0 % a + a.clamp(0.2, 0.7) + a.erfinv()
+                + a.lerp(1.0, 0.25) + a.digamma()).sum()
+
+    value, g = gj.value_and_grad(f)(x)
+    assert value.dtype == np.float32 and g.dtype == np.float32
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")   # the float64 reference, interpreted
+    want = gj.grad(f)(x.astype(np.float64))
+    np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+
+
+def test_integer_inputs_promote_like_numpy(interpreted):
+    i = gj.tensor(np.array([1, 2, 3]))
+    assert i.exp2().dtype == np.float64 and i.floor().dtype == np.int64
+    assert i.maximum(2).dtype == np.int64 and i.maximum(2.5).dtype == np.float64
+    assert i.clamp(0, 2).dtype == np.int64 and i.clamp(0.5, 2).dtype == np.float64
+    np.testing.assert_array_equal((i % 2).data, [1, 0, 1])
+
+
+@pytest.mark.parametrize("name, ours, ref, xs", [
+    ("erfinv", sp.erfinv, special.erfinv,
+     np.r_[np.linspace(-0.999999, 0.999999, 401), 1 - 1e-15, -1 + 1e-12, 0.0, 1.0, -1.0]),
+    ("digamma", sp.digamma, special.psi, np.r_[np.linspace(-7.3, 40.0, 401), 1e-8, 0.0]),
+    ("polygamma1", lambda x: sp.polygamma(1, x), lambda x: special.polygamma(1, x),
+     np.linspace(-5.3, 30.0, 301)),
+    ("polygamma3", lambda x: sp.polygamma(3, x), lambda x: special.polygamma(3, x),
+     np.linspace(0.05, 30.0, 301)),
+])
+def test_compiled_special_functions_match_scipy(name, ours, ref, xs):
+    got = np.array([ours(float(x)) for x in xs])
+    want = ref(xs)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+
+
+def test_special_function_domains():
+    assert np.isnan(sp.erfinv(1.5)) and np.isnan(sp.digamma(-2.0))
+    assert sp.digamma(0.0) == -np.inf     # torch's convention
+    for a, b in [(5.5, 2.0), (-5.5, 2.0), (5.5, -2.0), (-4.0, 2.0), (0.0, -3.0)]:
+        assert sp.remainder(a, b) == np.remainder(a, b)
+        assert np.signbit(sp.remainder(a, b)) == np.signbit(np.remainder(a, b))
+    for a, b in [(-np.inf, -np.inf), (np.inf, np.inf), (1000.0, -1000.0), (3.0, 3.0)]:
+        assert sp.logaddexp(a, b) == np.logaddexp(a, b)
+        assert sp.logaddexp2(a, b) == np.logaddexp2(a, b)
+
+
+def test_errors_name_op_shapes_and_line(interpreted):
+    x = gj.tensor(np.ones((2, 3)))
+    with pytest.raises(gj.ShapeError) as e:
+        x.atan2(gj.tensor(np.ones(4)))
+    msg = str(e.value)
+    assert "atan2" in msg and "(2, 3)" in msg and "(4,)" in msg and "test_ops_math.py" in msg
+    with pytest.raises(ValueError, match="clamp: at least one"):
+        x.clamp()
+    with pytest.raises(TypeError, match="lerp.Tensor: expected floating point"):
+        gj.tensor(np.ones(2, np.int64)).lerp(gj.tensor(np.ones(2, np.int64)), 1)

@@ -1,0 +1,79 @@
+"""Dispatch core shared by the op-surface modules: front ends and argument normalisation.
+
+Contract
+- ``apply(op_name, tensors, attrs)`` picks the front end by argument type (a
+  ``Tracer`` anywhere means the call is being traced) and lets it run or record
+  the op. Front ends register with ``register_frontend`` in priority order.
+- ``norm_dim`` / ``norm_dims`` turn user dims (negative, int or sequence) into
+  sorted non-negative tuples with torch's IndexError text; ``is_scalar`` tells
+  Python numbers from arrays; ``as_operand`` turns a Python scalar met beside a
+  tensor into a 0-d constant tensor of the promoted dtype (NEP 50: the scalar
+  is weak), so binary ops need only a Tensor-Tensor overload.
+- Imports nothing but the registry, so ``api.py`` and the method mixins
+  (``methods_*.py``) can all build on it.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+_FRONTENDS = []
+
+
+def register_frontend(cls):
+    _FRONTENDS.append(cls)
+    return cls
+
+
+def apply(op, tensors, attrs):
+    for cls in _FRONTENDS:
+        for t in tensors:
+            if isinstance(t, cls):
+                return cls._apply(op, tensors, attrs)
+    raise TypeError(f"{op}: no gradjit tensor among the arguments {[type(t).__name__ for t in tensors]}")
+
+
+def is_scalar(x):
+    return isinstance(x, numbers.Number) and not isinstance(x, np.ndarray)
+
+
+def _py(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def norm_dim(d, ndim, op="dim"):
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {d})")
+    return d % n if ndim else 0
+
+
+def norm_dims(dim, ndim, op="dim"):
+    if dim is None:
+        return None
+    if isinstance(dim, numbers.Integral):
+        dim = (dim,)
+    dims = tuple(sorted({norm_dim(int(d), ndim, op) for d in dim}))
+    return dims if ndim else ()
+
+
+def as_operand(x, like):
+    """``x`` as a gradjit object: tensors pass, scalars and arrays become constants of
+    ``like``'s front end; a Python scalar takes the promoted dtype of ``like`` (weak)."""
+    x = _py(x)
+    if hasattr(x, "_apply"):
+        return x
+    if is_scalar(x):
+        dt = np.result_type(like.dtype, x)
+        return like._const(np.asarray(x, dtype=dt))
+    return like._const(np.asarray(x))
+
+
+def operands(*xs):
+    """Coerce a mix of tensors, arrays and scalars against the first tensor among them."""
+    like = next((x for x in xs if hasattr(x, "_apply")), None)
+    if like is None:
+        raise TypeError(f"no gradjit tensor among the arguments {[type(x).__name__ for x in xs]}")
+    return [as_operand(x, like) for x in xs]

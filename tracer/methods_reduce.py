@@ -1,0 +1,100 @@
+"""Tensor methods of the reduction family (mixed into ``ArrayOps``).
+
+Contract
+- ``ReduceMethods`` gives ``Tensor`` and ``Tracer`` torch-named reductions
+  over ``tracer/ops_reduce.py``: ``amin``, ``max`` / ``min`` (no dim: the
+  value), ``prod``, ``var`` / ``std`` / ``var_mean`` / ``std_mean``
+  (``correction`` or ``unbiased``, dims, ``keepdim``; NumPy's ``ddof`` maps to
+  ``correction``), ``logsumexp``, ``norm`` (p = 1, 2, inf, -inf, 'fro', any
+  p > 0; dims), ``nansum`` and ``cumsum``.
+- Composites, differentiated through their parts: ``var`` is
+  ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
+  zeroes NaNs with ``where`` first.
+- ``max(dim)`` / ``min(dim)`` (values and indices) are not available yet; they
+  raise a ``GradjitError`` pointing at ``amax`` / ``amin``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from gradjit.tracer.dispatch import apply, norm_dim, norm_dims
+from gradjit.tracer.registry import GradjitError, user_site
+
+
+def _count(shape, dims):
+    n = 1
+    for d in (range(len(shape)) if dims is None else dims):
+        n *= shape[d]
+    return n
+
+
+class ReduceMethods:
+    __slots__ = ()
+
+    def amin(self, dim=(), keepdim=False, *, axis=None):
+        dims = norm_dims(dim if axis is None else axis, self.ndim, "amin") or ()
+        return apply("amin.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
+
+    def _minmax(self, name, dim, keepdim, axis):
+        dim = dim if axis is None else axis
+        if dim is None or not isinstance(dim, numbers.Integral) or axis is not None:
+            return getattr(self, "a" + name)(() if dim is None else dim, keepdim)
+        raise GradjitError(f"{name}(dim) returning (values, indices) is not supported yet; use "
+                           f"a{name}(dim) for the values", user_site())
+
+    def max(self, dim=None, keepdim=False, *, axis=None):
+        return self._minmax("max", dim, keepdim, axis)
+
+    def min(self, dim=None, keepdim=False, *, axis=None):
+        return self._minmax("min", dim, keepdim, axis)
+
+    def prod(self, dim=None, keepdim=False, *, axis=None):
+        dim = dim if axis is None else axis
+        if dim is None:
+            out = apply("prod.default", [self], {})
+            return out.reshape((1,) * self.ndim) if keepdim and self.ndim else out
+        if not isinstance(dim, numbers.Integral):
+            raise TypeError(f"prod: dim must be one int, got {dim!r}")
+        d = norm_dim(int(dim), self.ndim, "prod")
+        return apply("prod.dim_int", [self], {"dim": d, "keepdim": bool(keepdim)})
+
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
+        dims = norm_dims(dim if axis is None else axis, self.ndim, "var") or None
+        if correction is None:
+            correction = 1 if unbiased is None or unbiased else 0
+        d = self - self.mean(dims, keepdim=True)
+        return (d * d).sum(dims, keepdim) / max(_count(self.shape, dims) - correction, 0)
+
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
+        return self.var(dim, unbiased, keepdim, correction=correction, axis=axis).sqrt()
+
+    def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return (self.var(dim, unbiased, keepdim, correction=correction),
+                self.mean(norm_dims(dim, self.ndim, "var_mean") or None, keepdim))
+
+    def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return (self.std(dim, unbiased, keepdim, correction=correction),
+                self.mean(norm_dims(dim, self.ndim, "std_mean") or None, keepdim))
+
+    def logsumexp(self, dim=None, keepdim=False):
+        dims = norm_dims(dim, self.ndim, "logsumexp") or tuple(range(self.ndim))
+        return apply("logsumexp.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        if p == "fro" or p is None:
+            p = 2
+        if isinstance(p, str) or not isinstance(p, numbers.Real) or (p <= 0 and p != -math.inf):
+            raise GradjitError(f"norm: p={p!r} is not supported (use 1, 2, inf, -inf, 'fro' or "
+                               f"a positive number)", user_site())
+        dims = norm_dims(dim, self.ndim, "norm") or None
+        return apply("linalg_vector_norm.default", [self],
+                     {"ord": float(p), "dim": dims, "keepdim": bool(keepdim)})
+
+    def nansum(self, dim=None, keepdim=False, *, axis=None):
+        from gradjit.tracer.api import where
+        return where(self != self, 0.0, self).sum(dim if axis is None else axis, keepdim)
+
+    def cumsum(self, dim, *, axis=None):
+        d = norm_dim(int(dim if axis is None else axis), self.ndim, "cumsum")
+        return apply("cumsum.default", [self], {"dim": d})

@@ -1,0 +1,132 @@
+"""The elementwise math family: unary functions, rounding, clamping and binary math.
+
+Contract
+- Each op is declared here once (schema = its ``derivatives.yaml`` ``name:``
+  line) with its shape/dtype rule and NumPy reference; see ``tracer/ops.py``
+  for the conventions (NEP 50 dtypes, normalised attributes).
+- Float math on integer or bool inputs gives float64 (as NumPy); rounding ops
+  keep the input dtype; ``clamp`` promotes with its scalar bounds.
+- Binary ops have one Tensor-Tensor overload: the front end turns a Python
+  scalar operand into a 0-d constant of the promoted dtype (weak scalar), so a
+  scalar on either side reaches the same op.
+- ``square``, ``deg2rad``, ``rad2deg``, ``addcmul``, ``addcdiv``, ``rsub`` with
+  a tensor, ``clamp`` with tensor bounds and ``clip`` are composites spelled in
+  the front end (``tracer/methods_math.py``) with the ops declared here.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from gradjit.tracer.ops import E, broadcast_shapes, elementwise
+from gradjit.tracer.registry import defop
+
+
+def _rsqrt(x):
+    return np.true_divide(1, np.sqrt(x))
+
+
+def _frac(x):
+    return x - np.trunc(x)
+
+
+def _logit(x, eps):
+    if eps is not None:
+        x = np.clip(x, eps, 1 - eps)
+    return np.log(x / (1 - x))
+
+
+# -- unary (float results) ---------------------------------------------------------------
+for _name, _fn in [
+    ("exp2", np.exp2), ("expm1", np.expm1), ("log2", np.log2), ("log10", np.log10),
+    ("log1p", np.log1p), ("rsqrt", _rsqrt), ("tan", np.tan), ("asin", np.arcsin),
+    ("acos", np.arccos), ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh),
+    ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
+    ("erf", special.erf), ("erfc", special.erfc), ("erfinv", special.erfinv),
+    ("lgamma", special.gammaln), ("digamma", special.psi),
+]:
+    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "float")
+
+elementwise("logit(Tensor self, float? eps=None) -> Tensor", _logit, "float")
+elementwise("polygamma(int n, Tensor self) -> Tensor", lambda x, n: special.polygamma(n, x),
+            "float")
+
+# -- rounding (dtype kept; gradient zero almost everywhere) -------------------------------
+for _name, _fn in [("floor", np.floor), ("ceil", np.ceil), ("round", np.round),
+                   ("trunc", np.trunc), ("frac", _frac)]:
+    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "same")
+elementwise("round.decimals(Tensor self, *, int decimals) -> Tensor",
+            lambda x, decimals: np.round(x, decimals), "same")
+
+
+# -- clamping -----------------------------------------------------------------------------
+def _clamp_infer(types, attrs):
+    bounds = [attrs[k] for k in ("min", "max") if attrs.get(k) is not None]
+    if not bounds:
+        raise ValueError("clamp: at least one of 'min' or 'max' must not be None")
+    return [(tuple(types[0].shape), np.result_type(types[0].dtype, *bounds))]
+
+
+def _clamp(x, min, max):
+    if min is not None:
+        x = np.where(x < min, min, x)    # NaN passes through; min > max gives max (torch)
+    if max is not None:
+        x = np.where(x > max, max, x)
+    return x
+
+
+defop("clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor", E, _clamp_infer, _clamp)
+elementwise("clamp_min(Tensor self, Scalar min) -> Tensor",
+            lambda x, min: _clamp(x, min, None))
+elementwise("clamp_max(Tensor self, Scalar max) -> Tensor",
+            lambda x, max: _clamp(x, None, max))
+elementwise("clamp_min.Tensor(Tensor self, Tensor min) -> Tensor",
+            lambda x, m: np.where(x < m, m, x))
+elementwise("clamp_max.Tensor(Tensor self, Tensor max) -> Tensor",
+            lambda x, m: np.where(x > m, m, x))
+elementwise("nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) "
+            "-> Tensor",
+            lambda x, nan, posinf, neginf: np.nan_to_num(
+                x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf), "same")
+
+
+# -- binary --------------------------------------------------------------------------------
+def _remainder(a, b):
+    return np.remainder(a, b)
+
+
+def _xlogy(x, y):
+    with np.errstate(all="ignore"):
+        out = np.where(x == 0, np.zeros((), np.result_type(x, y, np.float16)), x * np.log(y))
+    return np.where(np.isnan(y), y, out)
+
+
+def _logaddexp2(a, b):
+    return np.logaddexp2(a, b)
+
+
+def _lerp(a, b, w):
+    # torch's two-sided form: exact at w == 0 and w == 1
+    return np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+
+
+for _name, _fn, _rule in [
+    ("atan2", np.arctan2, "float"), ("hypot", np.hypot, "float"),
+    ("maximum", np.maximum, "promote"), ("minimum", np.minimum, "promote"),
+    ("fmax", np.fmax, "promote"), ("fmin", np.fmin, "promote"),
+    ("fmod.Tensor", np.fmod, "promote"), ("remainder.Tensor", _remainder, "promote"),
+    ("copysign.Tensor", np.copysign, "float"), ("logaddexp", np.logaddexp, "float"),
+    ("logaddexp2", _logaddexp2, "float"), ("xlogy.Tensor", _xlogy, "float"),
+]:
+    elementwise(f"{_name}(Tensor self, Tensor other) -> Tensor", _fn, _rule)
+
+
+def _lerp_infer(types, attrs):
+    dt = np.result_type(*[t.dtype for t in types])
+    if dt.kind != "f":
+        raise TypeError(f"lerp.Tensor: expected floating point inputs, but got "
+                        f"{', '.join(np.dtype(t.dtype).name for t in types)}")
+    return [(broadcast_shapes("lerp.Tensor", types), dt)]
+
+
+defop("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", E, _lerp_infer, _lerp)

@@ -1,0 +1,77 @@
+"""The reduction family beyond sum/mean/amax: amin, prod, logsumexp, vector norms, cumsum.
+
+Contract
+- Declared once each (schema = the ``derivatives.yaml`` ``name:`` line), with
+  shape/dtype rule and NumPy reference; conventions as in ``tracer/ops.py``
+  (dims arrive as sorted non-negative tuples, ``dim`` of ``*.dim_int`` and
+  ``cumsum`` as one non-negative int).
+- ``amin`` / ``prod`` are loop reductions for the code generators;
+  ``logsumexp`` and ``linalg_vector_norm`` are composites with formulas of their
+  own, decomposed into primitive loops before code generation
+  (``lowering/passes.py``); ``cumsum`` is a kernel (its own loop nest).
+- Front-end composites (no op of their own, ``tracer/methods_reduce.py``):
+  ``max()`` / ``min()`` are ``amax`` / ``amin`` over every dim; ``var`` /
+  ``std`` (+ ``_mean``) are spelled with mean, sub, mul, sum and sqrt;
+  ``nansum`` is ``where(x != x, 0, x).sum``; ``norm`` calls
+  ``linalg_vector_norm``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from gradjit.tracer.ops import R, C, _axes, _float_only, _reduced_shape, _sum_dtype
+from gradjit.tracer.registry import defop
+
+K = "kernel"
+
+
+def _same(op):
+    return lambda t, a: [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]), t[0].dtype)]
+
+
+defop("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R, _same("amin"),
+      lambda x, dim, keepdim: np.asarray(np.amin(x, axis=_axes(dim), keepdims=keepdim)))
+
+defop("prod(Tensor self) -> Tensor", R, lambda t, a: [((), _sum_dtype(t[0].dtype))],
+      lambda x: np.asarray(np.prod(x, dtype=_sum_dtype(x.dtype))))
+defop("prod.dim_int(Tensor self, int dim, bool keepdim=False) -> Tensor", R,
+      lambda t, a: [(_reduced_shape(t[0].shape, (a["dim"],), a["keepdim"]),
+                     _sum_dtype(t[0].dtype))],
+      lambda x, dim, keepdim: np.asarray(np.prod(x, axis=dim, keepdims=keepdim,
+                                                 dtype=_sum_dtype(x.dtype))))
+
+
+def _float_reduced(op):
+    return lambda t, a: [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]),
+                          _float_only(op, t[0].dtype))]
+
+
+def _logsumexp(x, dim, keepdim):
+    return np.asarray(special.logsumexp(x, axis=_axes(dim), keepdims=keepdim))
+
+
+defop("logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor", C,
+      _float_reduced("logsumexp"), _logsumexp)
+
+
+def _vector_norm(x, ord, dim, keepdim):
+    a = np.abs(x)
+    ax = _axes(dim)
+    if ord == float("inf"):
+        return np.asarray(np.amax(a, axis=ax, keepdims=keepdim))
+    if ord == -float("inf"):
+        return np.asarray(np.amin(a, axis=ax, keepdims=keepdim))
+    if ord == 1:
+        return np.asarray(np.sum(a, axis=ax, keepdims=keepdim))
+    if ord == 2:
+        return np.asarray(np.sqrt(np.sum(a * a, axis=ax, keepdims=keepdim)))
+    return np.asarray(np.sum(a ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord))
+
+
+defop("linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False) "
+      "-> Tensor", C, _float_reduced("linalg_vector_norm"), _vector_norm)
+
+defop("cumsum(Tensor self, int dim) -> Tensor", K,
+      lambda t, a: [(tuple(t[0].shape), _sum_dtype(t[0].dtype))],
+      lambda x, dim: np.cumsum(x, axis=dim, dtype=_sum_dtype(x.dtype)) if x.ndim else x.copy())
