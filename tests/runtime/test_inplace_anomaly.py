@@ -1,0 +1,183 @@
+"""In-place ops and version counters, inference tensors, anomaly mode, mark_dirty and
+custom forward-mode rules: torch's behaviour and messages."""
+import threading
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+A = gj.autograd
+
+
+def leaf(*values):
+    return gj.tensor(np.array(values, dtype=np.float64), requires_grad=True)
+
+
+def test_inplace_on_leaf_that_requires_grad_raises():
+    x = leaf(1.0, 2.0)
+    for op in (lambda: x.add_(1), lambda: x.mul_(2), lambda: x.zero_(), lambda: x.copy_(np.ones(2))):
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
+                                               "in an in-place operation"):
+            op()
+    with gj.no_grad():
+        x.sub_(0.5)                     # allowed: an optimiser step
+    assert np.allclose(x.data, [0.5, 1.5]) and x._version == 1
+
+
+def test_inplace_on_non_leaf_rewrites_history(interpreted):
+    x = leaf(1.0, 2.0)
+    y = x * 2
+    y.add_(1)
+    y *= 3
+    assert y.grad_fn.name() == "MulBackward0" and y._version == 2
+    (y * y).sum().backward()
+    # y = 3 (2x + 1); d sum(y^2)/dx = 2 y * 6
+    np.testing.assert_allclose(x.grad.data, 12 * 3 * (2 * x.data + 1))
+
+
+def test_modifying_a_saved_output_raises_with_versions(interpreted):
+    x = leaf(1.0, 2.0)
+    y = x * 2
+    z = (y * y).sum()                   # mul saves y
+    y.mul_(3)
+    with pytest.raises(RuntimeError, match=r"one of the variables needed for gradient computation "
+                                           r"has been modified by an inplace operation: \[float64 "
+                                           r"\[2\]\], which is output 0 of MulBackward0, is at "
+                                           r"version 1; expected version 0 instead"):
+        z.backward()
+
+
+def test_modifying_a_saved_constant_raises(interpreted):
+    x = leaf(1.0, 2.0)
+    c = gj.tensor(np.array([3.0, 4.0]))
+    loss = (x * c).sum()
+    c.mul_(2)
+    with pytest.raises(RuntimeError, match="which is an input of MulBackward0, is at version 1; "
+                                           "expected version 0"):
+        loss.backward()
+
+
+def test_inplace_that_is_not_saved_is_fine(interpreted):
+    x = leaf(1.0, 2.0)
+    y = x * 2
+    w = (y + 1).sum()                   # add does not save y
+    y.mul_(5)
+    w.backward()
+    np.testing.assert_allclose(x.grad.data, [2.0, 2.0])
+
+
+def test_copy_and_fill(interpreted):
+    x = leaf(1.0, 2.0)
+    y = x * 1.0
+    src = leaf(5.0)
+    y.copy_(src)                        # broadcast copy: the gradient flows to src only
+    (y * y).sum().backward()
+    assert x.grad is None
+    np.testing.assert_allclose(src.grad.data, [20.0])
+    z = gj.tensor(np.ones(3))
+    assert np.all(z.fill_(7.0).data == 7.0) and np.all(z.zero_().data == 0.0)
+
+
+def test_inplace_shape_mismatch():
+    y = gj.tensor(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"output with shape \[3\] doesn't match the broadcast "
+                                           r"shape \[2, 3\]"):
+        y.add_(np.ones((2, 3)))
+
+
+def test_inference_tensors():
+    x = leaf(1.0, 2.0)
+    with gj.inference_mode():
+        t = x * 2
+        assert not t.requires_grad and t.grad_fn is None
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        (t * x).sum()
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside "
+                                           "InferenceMode is not allowed"):
+        t.add_(1)
+
+
+def test_inference_mode_is_thread_local():
+    seen = {}
+
+    def worker():
+        seen["enabled"] = gj.is_grad_enabled()
+
+    with gj.inference_mode():
+        th = threading.Thread(target=worker)
+        th.start()
+        th.join()
+    assert seen["enabled"] is True
+
+
+def test_detect_anomaly_names_forward_op_and_line(interpreted):
+    x = leaf(0.0, 1.0)
+    with A.detect_anomaly():
+        y = x.sqrt()  # anomaly-line
+        z = (y * 0.0).sum()
+        with pytest.raises(RuntimeError) as info:
+            z.backward()
+    msg = str(info.value)
+    assert "Function 'SqrtBackward0' returned nan values in its 0th output." in msg
+    assert "test_inplace_anomaly.py" in msg and "anomaly-line" in msg
+    assert not A.is_anomaly_enabled()
+
+
+def test_without_anomaly_mode_nan_passes_silently(interpreted):
+    x = leaf(0.0, 1.0)
+    (x.sqrt() * 0.0).sum().backward()
+    assert np.isnan(x.grad.data[0])
+
+
+def test_set_detect_anomaly_compiled_path():
+    x = leaf(0.0, 4.0)
+    with A.set_detect_anomaly(True):
+        with pytest.raises(RuntimeError, match="SqrtBackward0"):
+            (x.sqrt() * 0.0).sum().backward()
+
+
+def test_mark_dirty_inplace_forward(interpreted):
+    class AddOneInPlace(A.Function):
+        @staticmethod
+        def forward(ctx, a):
+            a.data += 1.0
+            ctx.mark_dirty(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    x = leaf(1.0, 2.0)
+    y = x * 3
+    out = AddOneInPlace.apply(y)
+    assert out is y and y.grad_fn.name() == "AddOneInPlaceBackward" and y._version == 1
+    (y * 2).sum().backward()
+    np.testing.assert_allclose(x.grad.data, [6.0, 6.0])
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad has been used in an "
+                                           "in-place operation"):
+        AddOneInPlace.apply(leaf(1.0))
+
+
+def test_custom_jvp_is_used_in_forward_mode(interpreted):
+    class Scaled(A.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * 2 * a
+
+        @staticmethod
+        def jvp(ctx, t):
+            (a,) = ctx.saved_tensors
+            return t * 2 * a
+
+    x = np.array([1.0, 2.0])
+    _, jt = gj.jvp(lambda a: Scaled.apply(a).sum(), (x,), (np.array([1.0, 1.0]),))
+    assert np.isclose(jt, 6.0)
+    np.testing.assert_allclose(gj.jacfwd(lambda a: Scaled.apply(a))(x), np.diag(2 * x))
