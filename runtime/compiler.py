@@ -149,8 +149,10 @@ class Executable:
                             np.array(a, dtype=v.dtype, order="C")
                             for a, s, v in zip(arrays, self.scalar_in, self.graph.inputs)],
                           self.consts)
-        if self.plain_out:
-            return res
+        return res if self.plain_out else self.finish(res)
+
+    def finish(self, res):
+        """0-d results come back from Numba as scalars: make them 0-d arrays."""
         return [r if d is None else np.asarray(r, d) for r, d in zip(res, self.out_dtypes)]
 
 

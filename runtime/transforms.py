@@ -20,7 +20,7 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
-from gradjit.runtime.compiler import compile_graph
+from gradjit.runtime.compiler import Executable, compile_graph
 from gradjit.runtime.function import custom_rule
 from gradjit.tracer.api import apply
 from gradjit.tracer.registry import GradjitError, user_site
@@ -49,13 +49,20 @@ class _Transformed:
         return tuple(sig)
 
     def __call__(self, *args):
-        # Hot path: all arguments are arrays and nothing is static.
-        if not self.static and all(a.__class__ is np.ndarray for a in args):
-            sig = tuple([(a.shape, a.dtype) for a in args])
-            entry = self._compiled.get(sig)
-            if entry is not None:
+        # Hot path: a signature lookup and the call. Anything unusual (static or
+        # non-array arguments, tracers, a first call) goes the slow way.
+        if not self.static:
+            try:
+                entry = self._compiled.get(tuple([(a.shape, a.dtype) for a in args]))
+            except AttributeError:
+                entry = None
+            if entry is not None and entry[0].__class__ is Executable and entry[0].plain_in:
                 exe, consts, tree = entry
-                return self._unpack(tree, exe(args + consts if consts else args))
+                try:  # straight into the Numba dispatcher; it rejects what does not fit
+                    res = exe.fn(*args, *consts, exe.consts)
+                except TypeError:
+                    return self._call_slow(args)
+                return self._unpack(tree, res if exe.plain_out else exe.finish(res))
         return self._call_slow(args)
 
     def _call_slow(self, args):
