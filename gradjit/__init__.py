@@ -16,11 +16,13 @@ from gradjit.runtime.transforms import grad, jit, value_and_grad
 from gradjit.tracer.modes import inference_mode
 from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
+from gradjit.tracer import cat, stack
+from gradjit.tracer import linalg
 from gradjit.runtime import autograd as _engine
 
 Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
 
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",
-           "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where",
-           "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]
+           "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
+           "linalg", "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]

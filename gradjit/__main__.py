@@ -29,7 +29,8 @@ import gradjit as gj
 USAGE = """usage: python -m gradjit <command>
 
 commands:
-  demo    train a small MLP with compiled gradients and report timings/caching
+  demo      train a small MLP with compiled gradients and report timings/caching
+  coverage  every derivatives.yaml entry: CPU code generation and tests, with totals
 """
 
 N_PER_CLASS, N_HIDDEN, BATCH, EPOCHS, LR = 200, 32, 50, 20, 0.05
@@ -125,6 +126,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["demo"]:
         return demo()
+    if argv == ["coverage"]:
+        from gradjit.runtime.coverage import main as coverage   # logic lives in runtime/
+        return coverage()
     sys.stderr.write(USAGE if not argv or argv[0] in ("-h", "--help") else
                      f"unknown command: {' '.join(argv)}\n\n{USAGE}")
     return 0 if argv and argv[0] in ("-h", "--help") else 2

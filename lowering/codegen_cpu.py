@@ -277,7 +277,9 @@ def _stmt(e, node):
             layout = "A"
     elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
         e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out)}", node)
-    elif not kernel_stmt(e, node):
+    elif kernel_stmt(e, node):
+        layout = lay.get(out, "C")   # a kernel that emits a view (slice) records its layout
+    else:
         raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
     lay[out] = layout
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS
+from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
+
 
 def _np_dtype(dt):
     return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
@@ -40,6 +43,8 @@ def _cumsum(e, node):
 
 
 KERNELS = {"cumsum.default": _cumsum}
+KERNELS.update(INDEX_KERNELS)   # the indexing family (lowering/codegen_cpu_index.py)
+KERNELS.update(LINALG_KERNELS)  # LAPACK calls (lowering/codegen_cpu_linalg.py)
 
 
 def kernel_stmt(e, node):

@@ -156,3 +156,5 @@ def not_implemented(reason=""):  # handled by the loader; listed so the name is 
 
 from gradjit.lowering import helpers_math  # noqa: E402,F401  (registers the family's helpers)
 from gradjit.lowering import helpers_reduce  # noqa: E402,F401
+from gradjit.lowering import helpers_index  # noqa: E402,F401
+from gradjit.lowering import helpers_linalg  # noqa: E402,F401

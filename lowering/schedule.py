@@ -84,13 +84,14 @@ def _inline_constants(graph):
             inline[out] = value
     # Nodes read only by inline constants (e.g. the loss under a seed) are dead.
     dead = set()
+    # A multi-output node (max.dim) is dead only when every output is.
     for node in reversed(graph.nodes):
-        out = node.outputs[0]
-        if out in inline or out in outputs:
+        outs = node.outputs
+        if any(o in inline or o in outputs for o in outs):
             continue
-        readers = [u.outputs[0] for u in users.get(out, [])]
+        readers = [u.outputs[0] for o in outs for u in users.get(o, [])]
         if readers and all(r in inline or r in dead for r in readers):
-            dead.add(out)
+            dead.update(outs)
     return inline, dead
 
 

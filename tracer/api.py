@@ -17,6 +17,8 @@ import numpy as np
 
 from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim,  # noqa: F401
                                      norm_dims, operands, register_frontend)
+from gradjit.tracer.methods_index import IndexMethods
+from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
@@ -98,7 +100,7 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
-class ArrayOps(MathMethods, ReduceMethods):
+class ArrayOps(MathMethods, ReduceMethods, IndexMethods, LinalgMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()
@@ -295,10 +297,6 @@ class ArrayOps(MathMethods, ReduceMethods):
     def log_softmax(self, dim):
         return apply("_log_softmax.default", [self], {"dim": norm_dim(dim, self.ndim),
                                                       "half_to_float": False})
-
-    def __getitem__(self, index):
-        raise GradjitError("indexing tensors is not supported yet (tracked in the coverage issue); "
-                           "use reshape/squeeze/where for now", user_site())
 
     # -- NumPy protocols (tables in numpy_protocol.py) -------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -10,8 +10,8 @@ Contract
 - Composites, differentiated through their parts: ``var`` is
   ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
   zeroes NaNs with ``where`` first.
-- ``max(dim)`` / ``min(dim)`` (values and indices) are not available yet; they
-  raise a ``GradjitError`` pointing at ``amax`` / ``amin``.
+- ``max(dim)`` / ``min(dim)`` return ``(values, indices)`` through the
+  ``max.dim`` / ``min.dim`` kernels (``tracer/ops_index.py``).
 """
 from __future__ import annotations
 
@@ -40,8 +40,7 @@ class ReduceMethods:
         dim = dim if axis is None else axis
         if dim is None or not isinstance(dim, numbers.Integral) or axis is not None:
             return getattr(self, "a" + name)(() if dim is None else dim, keepdim)
-        raise GradjitError(f"{name}(dim) returning (values, indices) is not supported yet; use "
-                           f"a{name}(dim) for the values", user_site())
+        return self._minmax_dim(name, dim, keepdim)   # (values, indices): methods_index.py
 
     def max(self, dim=None, keepdim=False, *, axis=None):
         return self._minmax("max", dim, keepdim, axis)

@@ -154,4 +154,10 @@ _FUNCTIONS.update({
     np.cumsum: lambda a, axis=None: a.reshape(-1).cumsum(0) if axis is None else a.cumsum(axis),
     np.linalg.norm: _np_norm,
 })
+from gradjit.tracer.linalg import NUMPY_FUNCTIONS as _LINALG  # noqa: E402
+
+_FUNCTIONS.update(_LINALG)   # np.linalg.*, np.einsum, np.tensordot ... (tracer/linalg.py)
+from gradjit.tracer.numpy_index import NUMPY_FUNCTIONS as _INDEX  # noqa: E402
+
+_FUNCTIONS.update(_INDEX)   # np.concatenate, np.stack, np.flip ... (tracer/numpy_index.py)
 _NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}

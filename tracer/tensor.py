@@ -272,6 +272,34 @@ class Tensor(ArrayOps):
         self._check_inplace("fill_")
         return self._inplace(Tensor(np.full(self.shape, value, self.dtype)))
 
+    def __setitem__(self, index, value):
+        """``x[index] = value`` with NumPy's index rules (ints, slices, None, Ellipsis,
+        integer arrays, masks; the last write wins on repeats). On a tensor with history
+        or a value that requires grad it is a recorded, differentiable in-place op:
+        gradients flow to the untouched part of ``x`` and to ``value``."""
+        index = _concrete_index(index)
+        v = value if isinstance(value, Tensor) else None
+        if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):
+            self.data[index] = np.asarray(getattr(value, "data", value))
+            self._box[0] += 1
+            return
+        self._check_inplace("__setitem__")
+        from gradjit.tracer.api import apply, where
+        n = self.data.size
+        pos = np.arange(n).reshape(self.shape)[index]
+        flat_pos = np.asarray(pos).reshape(-1)
+        targets, first_rev = np.unique(flat_pos[::-1], return_index=True)
+        keep = (len(flat_pos) - 1 - first_rev).astype(np.int64)  # last occurrence of each target
+        v = (v if v is not None else Tensor(np.asarray(value))).to(self.dtype)
+        vals = v.expand(np.shape(pos)).reshape(-1)
+        if len(keep) != len(flat_pos) or np.any(keep != np.arange(len(keep))):
+            vals = apply("index_select.default", [vals, Tensor(keep)], {"dim": 0})
+        placed = apply("index_add.default", [Tensor(np.zeros(n, self.dtype)),
+                                             Tensor(targets.astype(np.int64)), vals], {"dim": 0})
+        mask = np.zeros(n, np.bool_)
+        mask[targets] = True
+        self._inplace(where(Tensor(mask), placed, self.reshape(-1)).reshape(self.shape))
+
     __iadd__ = add_
     __isub__ = sub_
     __imul__ = mul_
@@ -286,6 +314,12 @@ class Tensor(ArrayOps):
         else:
             self.grad_fn = None  # integer/bool outputs never carry gradients
         return self
+
+
+def _concrete_index(index):
+    def one(i):
+        return i.data if isinstance(i, Tensor) else i
+    return tuple(one(i) for i in index) if isinstance(index, tuple) else one(index)
 
 
 class _HookHandle:

@@ -66,6 +66,11 @@ class Tracer(ArrayOps):
     def tolist(self):
         self._fail(".tolist() of a traced array")
 
+    def __setitem__(self, index, value):
+        raise GradjitError("item assignment (x[i] = v) is not supported on traced arrays in "
+                           "gj.jit / gj.grad: build the new array instead, e.g. "
+                           "x = gj.where(mask, v, x)", user_site())
+
     def __array__(self, dtype=None, copy=None):
         self._fail("np.asarray() of a traced array (a NumPy function gradjit does not trace)")
 

@@ -50,7 +50,20 @@ def _arrays(rng, kinds, shape=(3, 4)):
     return [make[k]() for k in kinds]
 
 
-FAMILIES = {"unary": (_unary, "xpugo"), "binary": (_binary, "xypw"), "reductions": (_reductions, "xd")}
+def _indexing(x, d):
+    from gradjit.tracer.api import apply
+    i = np.array([2, 0, -1, 2])
+    v, k = x.max(1)
+    return (x[1:, ::-2], x[:, i], x[np.array([0, 2]), np.array([-1, 1])], x.gather(1, i[None].repeat(3, 0)),
+            v, k, x.min(0, keepdim=True)[0], d.max(0)[0], x.flip(1), x.roll(1, 0), x.diagonal(1),
+            apply("index_add.default", [x, i[:3], x[:, :3] * 2.0], {"dim": 1, "alpha": 0.5}),
+            apply("scatter_add.default", [x, i[None, :2].repeat(3, 0), x], {"dim": 1}),
+            apply("slice_backward.default", [x[:, ::-1]], {"input_sizes": (3, 6), "dim": 1,
+                                                           "start": 5, "end": 1, "step": -1}))
+
+
+FAMILIES = {"unary": (_unary, "xpugo"), "binary": (_binary, "xypw"), "reductions": (_reductions, "xd"),
+            "indexing": (_indexing, "xd")}
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -215,6 +215,31 @@ CASES = {
     "logsumexp.default": C(lambda a: (a.logsumexp(1), a.logsumexp()), U(2, 3)),
     "linalg_vector_norm.default": C(lambda a: (a.norm(), a.norm(1, 1), a.norm(3, 0)), NZ(2, 3)),
     "cumsum.default": C(lambda a: (a.cumsum(1), a.cumsum(0)), U(2, 3)),
+    # indexing (tracer/ops_index.py)
+    "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),
+    "slice_backward.default": C(lambda a, b: gj.cat([a, b], 1), U(2, 3), U(2, 2)),
+    "index_select.default": C(lambda a: a[np.array([2, 0, 2, -1])], U(3, 2)),
+    "index_add.default": C(lambda a, b: apply("index_add.default", [a, np.array([1, 1, 0]), b],
+                                               {"dim": 0, "alpha": 2.5}), U(2, 3), U(3, 3)),
+    "gather.default": C(lambda a: a.gather(1, np.array([[0, 0], [2, 1]])), U(2, 3)),
+    "scatter_add.default": C(lambda a, b: apply("scatter_add.default",
+                                                [a, np.array([[0, 0], [2, 1]]), b], {"dim": 1}),
+                             U(2, 3), U(2, 2)),
+    "max.dim": C(lambda a: (a.max(1)[0], a.max(0, keepdim=True)[0]), U(3, 4)),
+    "min.dim": C(lambda a: (a.min(1)[0], a.min(-1, keepdim=True)[0]), U(3, 4)),
+    # linear algebra (well-conditioned by construction: + 3 I, A A' + 3 I, distinct spectra)
+    "linalg_inv.default": C(lambda a: gj.linalg.inv(a + np.eye(3) * 3), U(3, 3)),
+    "linalg_det.default": C(lambda a: gj.linalg.det(a + np.eye(3) * 3), U(2, 3, 3)),
+    "linalg_slogdet.default": C(lambda a: gj.linalg.slogdet(a - np.eye(3) * 3)[1], U(3, 3)),
+    "linalg_solve.default": C(lambda a, b: gj.linalg.solve(a + np.eye(3) * 3, b), U(3, 3), U(3, 2)),
+    "linalg_cholesky.default": C(lambda a: gj.linalg.cholesky(a @ a.mT + np.eye(3) * 3), U(3, 3)),
+    "linalg_solve_triangular.default": C(lambda a, b: gj.linalg.solve_triangular(
+        a + np.eye(3) * 3, b, upper=True), U(3, 3), U(3, 2)),
+    "linalg_qr.default": C(lambda a: gj.linalg.qr(a + np.eye(3) * 3), U(3, 3)),
+    "linalg_eigh.default": C(lambda a: gj.linalg.eigh(a + a.mT + np.diag([0.0, 3.0, 6.0]))[0],
+                             U(3, 3)),
+    "linalg_svd.default": C(lambda a: gj.linalg.svdvals(a + np.diag([1.0, 3.0, 5.0])), U(3, 3)),
+    "linalg_pinv.default": C(lambda a: gj.linalg.pinv(a + np.eye(3, 2) * 3), U(3, 2)),
 }
 
 

@@ -181,3 +181,47 @@ def test_custom_jvp_is_used_in_forward_mode(interpreted):
     _, jt = gj.jvp(lambda a: Scaled.apply(a).sum(), (x,), (np.array([1.0, 1.0]),))
     assert np.isclose(jt, 6.0)
     np.testing.assert_allclose(gj.jacfwd(lambda a: Scaled.apply(a))(x), np.diag(2 * x))
+
+
+def test_setitem_is_a_differentiable_inplace_op(interpreted):
+    from tests.fd import numerical_grad
+
+    def forward(x, v):
+        y = x * 2
+        y[:, 1] = v
+        y[0, [0, 0]] = v * 3            # repeated target: the last write wins, as NumPy
+        return y * y
+
+    x0, v0 = np.arange(1.0, 7.0).reshape(2, 3), np.array([10.0, 20.0])
+    x, v = gj.tensor(x0, requires_grad=True), gj.tensor(v0, requires_grad=True)
+    out = forward(x, v)
+    ref = 2 * x0
+    ref[:, 1] = v0
+    ref[0, [0, 0]] = 3 * v0
+    np.testing.assert_allclose(out.data, ref ** 2)
+    out.sum().backward()
+
+    def f(xa, va):
+        return forward(gj.tensor(xa), gj.tensor(va)).data
+
+    np.testing.assert_allclose(x.grad.data, numerical_grad(f, [x0, v0], 0), atol=1e-5)
+    np.testing.assert_allclose(v.grad.data, numerical_grad(f, [x0, v0], 1), atol=1e-5)
+
+
+def test_setitem_rules():
+    x = leaf(1.0, 2.0, 3.0)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        x[0] = 5.0
+    with gj.no_grad():
+        x[0] = 5.0                      # an optimiser-style update
+    assert x.data[0] == 5.0 and x._version == 1
+    m = gj.tensor(np.ones(4))
+    m[np.array([True, False, True, False])] = 0.0
+    np.testing.assert_array_equal(m.data, [0.0, 1.0, 0.0, 1.0])
+    with pytest.raises(gj.GradjitError, match="item assignment"):
+        gj.grad(lambda a: _assign(a))(np.ones(3))
+
+
+def _assign(a):
+    a[0] = 1.0
+    return a.sum()

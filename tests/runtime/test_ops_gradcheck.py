@@ -343,7 +343,8 @@ case("composite", lambda x, y: (x * y).sum() + x.exp() - (2.0 / x.sigmoid()) + y
 case("composite", lambda x, y: (x @ y).squeeze(0).softmax(0) * x.sum(1, keepdim=True).squeeze(),
      normal(1, 3), normal(3, 1), tag="size1", rep=True)
 
-from tests.runtime import cases_math, cases_reduce  # noqa: E402,F401  (family cases)
+from tests.runtime import cases_index, cases_math, cases_reduce  # noqa: E402,F401  (family cases)
+from tests.runtime import cases_linalg  # noqa: E402,F401  (linear algebra)
 
 CASE_IDS = [c.id for c in CASES]
 assert len(set(CASE_IDS)) == len(CASE_IDS), [i for i in CASE_IDS if CASE_IDS.count(i) > 1]

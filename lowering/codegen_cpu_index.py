@@ -1,0 +1,149 @@
+"""CPU kernel statements of the indexing family (``tracer/ops_index.py``).
+
+Contract
+- ``INDEX_KERNELS`` maps op name -> ``emit(e, node)``; ``codegen_cpu_kernels``
+  merges it into its ``KERNELS`` table. Emitters write lines into the CPU
+  emitter ``e`` (one comment per statement names the IR node).
+- ``slice.Tensor`` is a NumPy basic-slicing view (``v[:, a:b:c]``; its layout
+  is recorded as strided, ``'A'``); ``slice_backward`` assigns into zeros.
+- ``index_select`` / ``gather`` read, ``index_add`` / ``scatter_add`` add into
+  a copy of ``self``, each in one loop nest over the index (or source) shape;
+  negative indices wrap once (``k += n``) so traced indices behave as NumPy's.
+  ``index_add``'s ``alpha`` is a ``consts`` argument.
+- ``max.dim`` / ``min.dim``: loops over the kept dims, one pass along ``dim``
+  keeping the first extreme (a NaN wins, as torch), writing values and int64
+  indices.
+- Slice bounds, dims and shapes are structural (part of the graph key, like
+  every shape) and are written in the source; scalar values never are.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _dt(dt):
+    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
+
+
+def _sl_text(ndim, dim, start, end, step):
+    s = f"{start}:{'' if end is None else end}" + ("" if step == 1 else f":{step}")
+    return ", ".join([":"] * dim + [s] + [":"] * (ndim - dim - 1))
+
+
+def _loops(e, shape, depth=1, order=None):
+    for d in (range(len(shape)) if order is None else order):
+        e.emit(depth, f"for i{d} in range({shape[d]}):")
+        depth += 1
+    return depth
+
+
+def _idx(names):
+    return ", ".join(names)
+
+
+def _slice(e, node):
+    (x,), out, a = node.inputs, node.outputs[0], node.attrs
+    e.emit(1, f"v{out.id} = v{x.id}[{_sl_text(x.ndim, a['dim'], a['start'], a['end'], a['step'])}]",
+           node)
+    e.layout[out] = "A"
+
+
+def _slice_backward(e, node):
+    (g,), out, a = node.inputs, node.outputs[0], node.attrs
+    e.emit(1, f"v{out.id} = np.zeros({out.shape}, {_dt(out.dtype)})", node)
+    if g.size:
+        sl = _sl_text(out.ndim, a["dim"], a["start"], a["end"], a["step"])
+        e.emit(1, f"v{out.id}[{sl}] = v{g.id}")
+
+
+def _wrapped(e, depth, index_expr, n, k):
+    e.emit(depth, f"{k} = {index_expr}")
+    e.emit(depth, f"{k} = {k} + {n} if {k} < 0 else {k}")
+
+
+def _index_select(e, node):
+    (x, index), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
+    e.emit(1, f"v{out.id} = np.empty({out.shape}, {_dt(out.dtype)})", node)
+    depth = _loops(e, out.shape, 1, [dim])
+    k = f"k{out.id}"
+    _wrapped(e, depth, f"v{index.id}[i{dim}]", x.shape[dim], k)
+    depth = _loops(e, out.shape, depth, [d for d in range(out.ndim) if d != dim])
+    src = [f"i{d}" if d != dim else k for d in range(out.ndim)]
+    dst = [f"i{d}" for d in range(out.ndim)]
+    e.emit(depth, f"v{out.id}[{_idx(dst)}] = v{x.id}[{_idx(src)}]")
+
+
+def _index_add(e, node):
+    (x, index, src), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
+    alpha = node.attrs["alpha"]
+    scale = "" if alpha == 1 else f"{e.const(alpha, out.dtype)} * "
+    e.emit(1, f"v{out.id} = np.copy(v{x.id})", node)
+    depth = _loops(e, src.shape, 1, [dim])
+    k = f"k{out.id}"
+    _wrapped(e, depth, f"v{index.id}[i{dim}]", x.shape[dim], k)
+    depth = _loops(e, src.shape, depth, [d for d in range(src.ndim) if d != dim])
+    dst = [f"i{d}" if d != dim else k for d in range(src.ndim)]
+    e.emit(depth, f"v{out.id}[{_idx(dst)}] += {scale}v{src.id}[{_idx(f'i{d}' for d in range(src.ndim))}]")
+
+
+def _gather(e, node):
+    (x, index), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
+    e.emit(1, f"v{out.id} = np.empty({out.shape}, {_dt(out.dtype)})", node)
+    here = [f"i{d}" for d in range(out.ndim)]
+    depth = _loops(e, out.shape)
+    k = f"k{out.id}"
+    _wrapped(e, depth, f"v{index.id}[{_idx(here)}]", x.shape[dim], k)
+    src = [h if d != dim else k for d, h in enumerate(here)]
+    e.emit(depth, f"v{out.id}[{_idx(here)}] = v{x.id}[{_idx(src)}]")
+
+
+def _scatter_add(e, node):
+    (x, index, src), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
+    e.emit(1, f"v{out.id} = np.copy(v{x.id})", node)
+    here = [f"i{d}" for d in range(index.ndim)]
+    depth = _loops(e, index.shape)
+    k = f"k{out.id}"
+    _wrapped(e, depth, f"v{index.id}[{_idx(here)}]", x.shape[dim], k)
+    dst = [h if d != dim else k for d, h in enumerate(here)]
+    e.emit(depth, f"v{out.id}[{_idx(dst)}] += v{src.id}[{_idx(here)}]")
+
+
+def _minmax(cmp):
+    def emit(e, node):
+        (x,), (vals, inds) = node.inputs, node.outputs
+        if x.ndim == 0:
+            e.emit(1, f"v{vals.id} = v{x.id}", node)
+            e.emit(1, f"v{inds.id} = np.int64(0)")
+            return
+        dim, keep = node.attrs["dim"], node.attrs["keepdim"]
+        scalar = vals.ndim == 0
+        if not scalar:
+            e.emit(1, f"v{vals.id} = np.empty({vals.shape}, {_dt(vals.dtype)})", node)
+            e.emit(1, f"v{inds.id} = np.empty({inds.shape}, np.int64)")
+        kept = [d for d in range(x.ndim) if d != dim]
+        best, bi, xv, j = (f"{n}{vals.id}" for n in ("best", "bi", "xv", "j"))
+        depth = _loops(e, x.shape, 1, kept)
+        at = lambda j: _idx(f"i{d}" if d != dim else j for d in range(x.ndim))  # noqa: E731
+        e.emit(depth, f"{best} = v{x.id}[{at('0')}]", node if scalar else None)
+        e.emit(depth, f"{bi} = 0")
+        e.emit(depth, f"for {j} in range(1, {x.shape[dim]}):")
+        e.emit(depth + 1, f"{xv} = v{x.id}[{at(j)}]")
+        e.emit(depth + 1, f"if ({xv} {cmp} {best} or {xv} != {xv}) and {best} == {best}:")
+        e.emit(depth + 2, f"{best} = {xv}")
+        e.emit(depth + 2, f"{bi} = {j}")
+        if scalar:
+            e.emit(1, f"v{vals.id} = {best}")
+            e.emit(1, f"v{inds.id} = np.int64({bi})")
+            return
+        o = _idx(f"i{d}" if d != dim else "0" for d in range(x.ndim) if keep or d != dim)
+        e.emit(depth, f"v{vals.id}[{o}] = {best}")
+        e.emit(depth, f"v{inds.id}[{o}] = {bi}")
+    return emit
+
+
+INDEX_KERNELS = {
+    "slice.Tensor": _slice, "slice_backward.default": _slice_backward,
+    "index_select.default": _index_select, "index_add.default": _index_add,
+    "gather.default": _gather, "scatter_add.default": _scatter_add,
+    "max.dim": _minmax(">"), "min.dim": _minmax("<"),
+}

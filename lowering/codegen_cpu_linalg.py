@@ -1,0 +1,83 @@
+"""CPU statements of the linear-algebra kernels (``tracer/ops_linalg.py``): LAPACK via Numba.
+
+Contract
+- ``LINALG_KERNELS`` maps each ``linalg_*`` op to an emitter
+  ``fn(e, node)`` (merged into ``codegen_cpu_kernels.KERNELS``). Each op is one
+  ``np.linalg`` call per matrix (Numba lowers them to LAPACK in nopython mode):
+  a plain statement for a 2-D input; for batched inputs ``(*, m, n)`` the
+  operands are made C-contiguous and viewed as ``(B, m, n)``, a loop over B
+  writes fresh output arrays, which are then viewed with the batch shape.
+- ``linalg_solve_triangular`` is ``np.linalg.solve`` on the masked triangle
+  (``np.tril`` / ``np.triu``, unit diagonal when ``unitriangular``); the
+  right-sided form solves the transposed system.
+- 0-d results (``det`` / ``slogdet`` of one matrix) are scalars cast to the
+  output dtype, as everywhere in the generated code.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _np_dtype(dt):
+    return f"np.{np.dtype(dt).name}"
+
+
+def _tri(a, n, at, dt):
+    fn = "np.triu" if at["upper"] else "np.tril"
+    if at["unitriangular"]:
+        k = 1 if at["upper"] else -1
+        return f"({fn}({a}, {k}) + np.eye({n}, dtype={_np_dtype(dt)}))"
+    return f"{fn}({a})"
+
+
+def _call(node, args):
+    """The expression computing the op's result(s) for 2-D operands ``args``."""
+    op, at = node.op, node.attrs
+    a = args[0]
+    simple = {"linalg_inv.default": "np.linalg.inv({0})", "linalg_det.default": "np.linalg.det({0})",
+              "linalg_slogdet.default": "np.linalg.slogdet({0})",
+              "linalg_solve.default": "np.linalg.solve({0}, {1})",
+              "linalg_cholesky.default": "np.linalg.cholesky({0})",
+              "linalg_qr.default": "np.linalg.qr({0})", "linalg_eigh.default": "np.linalg.eigh({0})",
+              "linalg_svd.default": "np.linalg.svd({0}, full_matrices=False)",
+              "linalg_pinv.default": "np.linalg.pinv({0})"}
+    if op in simple:
+        return simple[op].format(*args)
+    # linalg_solve_triangular
+    tri = _tri(a, node.inputs[0].shape[-1], at, node.inputs[0].dtype)
+    if at["left"]:
+        return f"np.linalg.solve({tri}, {args[1]})"
+    return (f"np.linalg.solve(np.ascontiguousarray({tri}.T), "
+            f"np.ascontiguousarray({args[1]}.T)).T.copy()")
+
+
+def _linalg(e, node):
+    ins, outs = node.inputs, node.outputs
+    batch = tuple(ins[0].shape[:-2])
+    names = [f"v{o.id}" for o in outs]
+    if not batch:
+        args = [f"np.ascontiguousarray(v{v.id})" for v in ins]
+        lhs = ", ".join(f"{n}_r" if o.ndim == 0 else n for n, o in zip(names, outs))
+        e.emit(1, f"{lhs} = {_call(node, args)}", node)
+        for n, o in zip(names, outs):
+            if o.ndim == 0:
+                e.emit(1, f"{n} = {_np_dtype(o.dtype)}({n}_r)")
+        return
+    nb = int(np.prod(batch))
+    for v in ins:
+        e.emit(1, f"v{v.id}_b = np.ascontiguousarray(v{v.id}).reshape({(nb,) + tuple(v.shape[-2:])})")
+    for n, o in zip(names, outs):
+        tail = tuple(o.shape[len(batch):])
+        e.emit(1, f"{n}_b = np.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")
+    e.emit(1, f"for b in range({nb}):", node)
+    args = [f"v{v.id}_b[b]" for v in ins]
+    tmps = [f"{n}_t" for n in names]
+    e.emit(2, f"{', '.join(tmps)} = {_call(node, args)}")
+    for n, t in zip(names, tmps):
+        e.emit(2, f"{n}_b[b] = {t}")
+    for n, o in zip(names, outs):
+        e.emit(1, f"{n} = {n}_b.reshape({tuple(o.shape)})")
+
+
+LINALG_KERNELS = {f"linalg_{name}.default": _linalg for name in (
+    "inv", "det", "slogdet", "solve", "cholesky", "solve_triangular", "qr", "eigh", "svd", "pinv")}

@@ -1,0 +1,185 @@
+"""Backward helpers of the linear-algebra family (see ``helpers.py`` for the contract).
+
+Every helper is written with differentiable tracer ops (matmul, the linalg ops
+of ``tracer/ops_linalg.py``, elementwise ops, constant masks), so second
+derivatives come from lowering the backward graph again. Matrices are
+``(*, m, n)``; ``.mT`` swaps the last two dims; identity and triangle masks
+are constants broadcast over batch dims. Results are the gradient with respect
+to every entry of the input (the solvers' triangle-only reads are respected:
+entries an op never reads get zero).
+
+Formulas (X' the transpose, G the incoming gradient, I the identity):
+- inv:  -X' G X'  with X = inv(A)
+- det:  G det(A) inv(A)';  slogdet: G_logabsdet inv(A)'
+- solve: G_B = solve(A', G);  G_A = -G_B X'
+- solve_triangular (left):  G_B = solve_tri(A', G);  G_A = -tri(G_B X')
+- cholesky: Phi = tril(L' G_L) with its diagonal halved, symmetrised;
+  G_A = L'^-1 Phi L^-1
+- qr (m >= n): M = R G_R' - G_Q' Q;  G_A = (G_Q + Q copyltu(M)) R'^-1
+- eigh: G_A = V (diag(G_w) + F o skew(V' G_V)) V',  F_ij = 1 / (w_j - w_i)
+- svd: U [diag(G_S) + (F o (U'G_U - G_U'U)) S + S (F o (V'G_V - G_V'V))] V'
+  plus the parts of G_U, G_V outside the column spaces, F_ij = 1/(s_j^2 - s_i^2)
+- pinv (constant rank): -X' G X' + (I - A X) G' X X' + X' X G' (I - X A)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.lowering.helpers import helper
+from gradjit.tracer.dispatch import apply
+
+
+def _eye(like, n):
+    return like._const(np.eye(n, dtype=like.dtype))
+
+
+def _tril(like, n, k=0):
+    return like._const(np.tril(np.ones((n, n), dtype=like.dtype), k))
+
+
+def _inv(a):
+    return apply("linalg_inv.default", [a], {})
+
+
+def _tri_solve(a, b, upper, left=True, unitriangular=False):
+    return apply("linalg_solve_triangular.default", [a, b],
+                 {"upper": upper, "left": left, "unitriangular": unitriangular})
+
+
+@helper
+def inv_backward(grad, result):
+    return -(result.mT @ grad @ result.mT)
+
+
+@helper
+def det_backward(grad, self, result):
+    return (grad * result).unsqueeze(-1).unsqueeze(-1) * _inv(self).mT
+
+
+@helper
+def slogdet_backward(grad_logabsdet, self):
+    if grad_logabsdet is None:
+        return None
+    return grad_logabsdet.unsqueeze(-1).unsqueeze(-1) * _inv(self).mT
+
+
+@helper
+def solve_backward_B(grad, A):
+    return apply("linalg_solve.default", [A.mT, grad], {})
+
+
+@helper
+def solve_backward_A(grad, A, result):
+    return -(solve_backward_B(grad, A) @ result.mT)
+
+
+def _triangle(like, n, upper, unitriangular):
+    mask = _tril(like, n, -1 if unitriangular else 0)
+    return mask.mT if upper else mask
+
+
+@helper
+def solve_triangular_backward_B(grad, self, upper, left, unitriangular):
+    return _tri_solve(self.mT, grad, not upper, left, unitriangular)
+
+
+@helper
+def solve_triangular_backward_A(grad, self, result, upper, left, unitriangular):
+    gB = solve_triangular_backward_B(grad, self, upper, left, unitriangular)
+    g = gB @ result.mT if left else result.mT @ gB
+    return -(g * _triangle(grad, self.shape[-1], upper, unitriangular))
+
+
+@helper
+def cholesky_backward(grad, result):
+    L, n = result, result.shape[-1]
+    P = (L.mT @ grad) * _tril(grad, n)
+    phi = (P + (P * _tril(grad, n, -1)).mT) * 0.5
+    Y = _tri_solve(L.mT, phi, True)                 # L'^-1 phi
+    return _tri_solve(L, Y, False, left=False)      # (L'^-1 phi) L^-1
+
+
+def _copyltu(M, n):
+    low = M * _tril(M, n, -1)
+    return low + low.mT + M * _eye(M, n)
+
+
+@helper
+def qr_backward(grads, A, Q, R):
+    gQ, gR = grads[0], grads[1]
+    m, n = A.shape[-2:]
+    if m < n:
+        from gradjit.tracer.registry import GradjitError
+        raise GradjitError(f"linalg_qr: the derivative of the QR of a wide matrix {tuple(A.shape)} "
+                           f"(m < n) is not implemented")
+    M = None
+    if gR is not None:
+        M = R @ gR.mT
+    if gQ is not None:
+        M = -(gQ.mT @ Q) if M is None else M - gQ.mT @ Q
+    b = Q @ _copyltu(M, n)
+    if gQ is not None:
+        b = gQ + b
+    return _tri_solve(R.mT, b, False, left=False)   # b R'^-1
+
+
+def _off_diag_inverse(E, n):
+    """1 / E off the diagonal, 0 on it (E has zeros on its diagonal)."""
+    eye = _eye(E, n)
+    return (1 - eye) / (E + eye)
+
+
+@helper
+def eigh_backward(grads, eigenvalues, eigenvectors):
+    gw, gV = grads[0], grads[1]
+    V, w, n = eigenvectors, eigenvalues, eigenvectors.shape[-1]
+    inner = None
+    if gV is not None:
+        M = V.mT @ gV
+        F = _off_diag_inverse(w.unsqueeze(-2) - w.unsqueeze(-1), n)
+        inner = F * ((M - M.mT) * 0.5)
+    if gw is not None:
+        D = gw.unsqueeze(-1) * _eye(gw, n)
+        inner = D if inner is None else inner + D
+    return V @ inner @ V.mT
+
+
+@helper
+def svd_backward(grads, A, U, S, Vh):
+    gU, gS, gVh = grads
+    m, n = A.shape[-2:]
+    k = S.shape[-1]
+    V = Vh.mT
+    inner = None
+
+    def add(x):
+        nonlocal inner
+        inner = x if inner is None else inner + x
+
+    if gS is not None:
+        add(gS.unsqueeze(-1) * _eye(gS, k))
+    if gU is not None or gVh is not None:
+        s2 = S * S
+        F = _off_diag_inverse(s2.unsqueeze(-2) - s2.unsqueeze(-1), k)
+    if gU is not None:
+        J = U.mT @ gU
+        add((F * (J - J.mT)) * S.unsqueeze(-2))
+    if gVh is not None:
+        gV = gVh.mT
+        K = V.mT @ gV
+        add(S.unsqueeze(-1) * (F * (K - K.mT)))
+    out = U @ inner @ Vh
+    if gU is not None and m > k:
+        out = out + ((gU - U @ (U.mT @ gU)) / S.unsqueeze(-2)) @ Vh
+    if gVh is not None and n > k:
+        gVt = gVh          # (G_V)' = G_Vh
+        out = out + U @ ((gVt - (gVt @ V) @ Vh) / S.unsqueeze(-1))
+    return out
+
+
+@helper
+def pinv_backward(grad, self, result):
+    X, A, G = result, self, grad
+    T1 = G.mT @ (X @ X.mT)
+    T2 = (X.mT @ X) @ G.mT
+    return -(X.mT @ G @ X.mT) + (T1 - A @ (X @ T1)) + (T2 - (T2 @ X) @ A)

@@ -1,0 +1,139 @@
+"""``python -m gradjit coverage``: which ``derivatives.yaml`` entries are compiled and tested.
+
+Contract
+- ``rows() -> [Row]``: one row per entry of our ``derivatives.yaml`` (file
+  order) with the op's kind, whether the CPU code generator can emit it
+  (``cpu``) and whether it appears in the ``CASES`` table of
+  ``tests/lowering/test_yaml_entries.py`` (``tested``; ``None`` when the tests
+  are not installed beside the package, e.g. from a wheel).
+- CPU support by kind: ``elementwise`` ops need a scalar template
+  (``codegen_cpu._expr`` does not raise ``NotImplementedError`` for them),
+  ``reduction`` ops a loop accumulator (``schedule.REDUCTIONS``), ``kernel``
+  ops an emitter (``codegen_cpu_kernels.KERNELS``), ``composite`` ops a
+  decomposition (``passes.DECOMPOSITIONS``), ``matmul`` / ``shape`` ops a
+  statement in ``codegen_cpu._stmt``. The check runs the emitter on a
+  throw-away node built from the schema; nothing is compiled.
+- The tests' ``CASES`` keys are read with ``ast`` (the test module is never
+  imported). ``report() -> str`` is the table plus totals; ``main()`` prints it.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import yaml
+
+from gradjit.lowering import codegen_cpu, formulas
+from gradjit.lowering.codegen_cpu_kernels import KERNELS
+from gradjit.lowering.passes import DECOMPOSITIONS
+from gradjit.lowering.schedule import REDUCTIONS
+from gradjit.tracer.ir import Graph, Node
+from gradjit.tracer.registry import OPS, parse_schema
+
+
+@dataclass
+class Row:
+    op: str
+    kind: str
+    cpu: bool
+    tested: bool | None
+
+
+_ATTR_SAMPLES = {"Scalar": 1.0, "Scalar?": 1.0, "int": 0, "SymInt": 0, "bool": False,
+                 "float": 1.0, "ScalarType": np.dtype(np.float64)}
+
+
+def _sample_node(op):
+    g = Graph("coverage")
+    ins = [g.add_input((2, 2), np.bool_ if a == "condition" else np.float64)
+           for a in op.schema.tensor_args]
+    attrs = {}
+    for a in op.schema.attr_args:
+        if a.has_default:
+            attrs[a.name] = a.default
+        elif a.type.endswith("[]") or "[" in a.type:
+            attrs[a.name] = (0, 1) if a.name in ("dims",) else (2, 2)
+        else:
+            attrs[a.name] = _ATTR_SAMPLES.get(a.type, 1)
+    node = Node(op.name, ins, attrs)
+    node.outputs = [g._new_value((2, 2), np.float64, node, i) for i in range(len(op.schema.returns))]
+    return node
+
+
+def _emits(fn):
+    try:
+        fn()
+    except NotImplementedError:
+        return False
+    except Exception:   # the emitter knew the op and only disliked the sample attributes
+        return True
+    return True
+
+
+def cpu_supported(op):
+    kind = op.kind
+    if op.name in DECOMPOSITIONS:   # mean, softmax ...: emitted as the ops they decompose into
+        return True
+    if kind == "reduction":
+        return op.name in REDUCTIONS
+    if kind == "kernel":
+        return op.name in KERNELS
+    if kind == "composite":
+        return op.name in DECOMPOSITIONS
+    node = _sample_node(op)
+    e = codegen_cpu._Emitter(Graph("coverage"))
+    if kind == "elementwise":
+        return _emits(lambda: codegen_cpu._expr(node, ["a", "b", "c"][:len(node.inputs)], e))
+    return _emits(lambda: codegen_cpu._stmt(e, node))
+
+
+def tested_ops(path=None):
+    """Keys of ``CASES`` in tests/lowering/test_yaml_entries.py, or None if it is absent."""
+    path = path or os.path.join(os.path.dirname(formulas.default_path()), "tests", "lowering",
+                                "test_yaml_entries.py")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CASES"
+                                                 for t in node.targets)
+                and isinstance(node.value, ast.Dict)):
+            return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    return set()
+
+
+def rows(yaml_path=None, tests_path=None):
+    with open(yaml_path or formulas.default_path()) as f:
+        raw = yaml.safe_load(f) or []
+    tested = tested_ops(tests_path)
+    out = []
+    for item in raw:
+        name = parse_schema(item["name"]).name
+        op = OPS.get(name)
+        out.append(Row(name, op.kind if op else "unregistered", bool(op) and cpu_supported(op),
+                       None if tested is None else name in tested))
+    return out
+
+
+def report(table=None):
+    table = rows() if table is None else table
+    width = max([len(r.op) for r in table] + [2])
+    yn = {True: "yes", False: "NO", None: "?"}
+    lines = [f"{'op':<{width}}  {'kind':<12}  cpu  tested", "-" * (width + 26)]
+    lines += [f"{r.op:<{width}}  {r.kind:<12}  {yn[r.cpu]:<3}  {yn[r.tested]}" for r in table]
+    n = len(table)
+    cpu = sum(r.cpu for r in table)
+    tested = ("?" if any(r.tested is None for r in table) else sum(r.tested for r in table))
+    both = sum(bool(r.cpu and r.tested) for r in table)
+    lines.append("-" * (width + 26))
+    lines.append(f"total: {n} derivatives.yaml entries; CPU code generation {cpu}/{n}; "
+                 f"tested {tested}/{n}; both {both}/{n}  (CUDA: no code generator yet)")
+    return "\n".join(lines)
+
+
+def main():
+    print(report())
+    return 0

@@ -1,0 +1,91 @@
+"""The indexing and shape family at its edges: values vs NumPy, repeats, ties, errors.
+
+Gradchecks live in ``cases_index.py``; here: forward values against NumPy for
+many index forms, gradients of repeated indices, max/min ties and NaN (as
+torch), traced integer indices, and the error messages (op, shapes, line).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+X = np.arange(24.0).reshape(2, 3, 4)
+INDICES = [0, -1, (slice(None), 1), (Ellipsis, slice(None, None, -1)), (None, 1, slice(0, 3, 2)),
+           (np.array([1, 0, 1]),), (slice(None), np.array([[0, 2], [1, 1]]), np.array([1, 3])),
+           (np.array([1, 0]), slice(None), np.array([0, 3])), X > 10, (0, X[0] > 3), (),
+           (Ellipsis, None, 2), (1, np.array([0, 2]), slice(None, None, -2)), (slice(5, None),),
+           (slice(None), slice(-1, -4, -1)), [np.array([1])]]
+
+
+@pytest.mark.parametrize("k", range(len(INDICES)))
+def test_getitem_matches_numpy(k, interpreted):
+    idx = INDICES[k]
+    idx = tuple(idx) if isinstance(idx, list) else idx
+    np.testing.assert_array_equal(gj.tensor(X)[idx].data, X[idx])
+    np.testing.assert_array_equal(gj.jit(lambda a: a[idx])(X), X[idx])
+
+
+def test_repeated_indices_accumulate(interpreted):
+    x = gj.tensor(np.ones(3), requires_grad=True)
+    x[np.array([0, 0, 2, 0])].sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [3.0, 0.0, 1.0])
+    g = gj.grad(lambda a: a.gather(0, np.array([1, 1])).sum())(np.ones(3))
+    np.testing.assert_array_equal(g, [0.0, 2.0, 0.0])
+
+
+@pytest.mark.parametrize("executor", ["numpy", "numba"])
+def test_max_min_dim_ties_and_nan_as_torch(executor, monkeypatch):
+    if executor == "numpy":
+        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    x = gj.tensor(np.array([[1.0, 3.0, 3.0], [np.nan, 2.0, np.nan]]), requires_grad=True)
+    v, i = x.max(1)
+    assert i.dtype == np.int64 and not i.requires_grad
+    np.testing.assert_array_equal(i.data, [1, 0])
+    v[0].backward()
+    np.testing.assert_array_equal(x.grad.data, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    fv, fi = gj.jit(lambda a: a.min(0))(np.array([[2.0, 1.0], [2.0, 0.0]]))
+    np.testing.assert_array_equal(fi, [0, 1])
+
+
+def test_traced_integer_index(interpreted):
+    def f(x, i):
+        return (x[i] * 2.0).sum() + x[:, i[0]].sum()
+    x, i = np.arange(9.0).reshape(3, 3), np.array([[2, -1], [0, 0]])
+    np.testing.assert_allclose(gj.jit(f)(x, i), f(gj.tensor(x), i).item())
+    t = gj.tensor(x, requires_grad=True)
+    f(t, i).backward()
+    np.testing.assert_array_equal(gj.grad(f)(x, i), t.grad.data)
+
+
+def test_float32_and_compiled_views():
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    def f(a):
+        return (a[::-1, 1::2].sin() * gj.cat([a[:, :2], a[:, 2:]], 0)[:3, :2]).sum() + a.max(1)[0].sum()
+    v, g = gj.value_and_grad(f)(x)
+    assert v.dtype == np.float32 and g.dtype == np.float32
+
+
+def test_errors(interpreted):
+    x = gj.tensor(np.ones((2, 3)))
+    with pytest.raises(IndexError, match=r"index 3 is out of bounds for dimension 1 with size 3 "
+                                          r"\(tensor of shape \(2, 3\)\)[\s\S]*test_ops_index.py"):
+        x[:, 3]
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 0"):
+        x[np.array([0, 5])]
+    with pytest.raises(IndexError, match="too many indices for tensor of dimension 2"):
+        x[0, 0, 0]
+    with pytest.raises(IndexError, match="must be integer or boolean"):
+        x[np.array([0.5])]
+    with pytest.raises(gj.GradjitError, match="traced boolean mask"):
+        gj.jit(lambda a: a[a > 0])(np.ones(3))
+    with pytest.raises(gj.ShapeError, match=r"cat: sizes of tensors must match except in "
+                                            r"dimension 0; got shapes \(2, 3\), \(2, 2\)"):
+        gj.cat([x, gj.tensor(np.ones((2, 2)))])
+    with pytest.raises(gj.ShapeError, match="gather.default: index of shape"):
+        x.gather(1, np.zeros((3, 3), np.int64))
+    with pytest.raises(gj.ShapeError, match="tril: input tensor must have at least 2 dimensions"):
+        gj.tensor(np.ones(3)).tril()
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        x.max(2)

@@ -1,0 +1,118 @@
+"""The linear-algebra family beyond gradchecks: values against NumPy, dtypes, errors.
+
+Gradients (first and second order, tensor mode and ``gj.grad``) are checked in
+``cases_linalg.py``; here: forward values of every function and einsum spelling
+against NumPy, float32 kept (interpreted and compiled, batched LAPACK loop),
+and errors that name the op, the shapes and the user's line.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+L = gj.linalg
+_rng = np.random.default_rng(3)
+A = _rng.standard_normal((3, 3)) + 3 * np.eye(3)
+S = A @ A.T
+B = _rng.standard_normal((3, 2))
+R = _rng.standard_normal((4, 3))
+a, s, b, r = map(gj.tensor, (A, S, B, R))
+
+
+@pytest.mark.parametrize("name, got, want", [
+    ("inv", lambda: L.inv(a), lambda: np.linalg.inv(A)),
+    ("det", lambda: L.det(a), lambda: np.linalg.det(A)),
+    ("slogdet", lambda: L.slogdet(-a).logabsdet, lambda: np.linalg.slogdet(-A)[1]),
+    ("logdet", lambda: L.logdet(s), lambda: np.log(np.linalg.det(S))),
+    ("solve", lambda: L.solve(a, b), lambda: np.linalg.solve(A, B)),
+    ("cholesky", lambda: L.cholesky(s), lambda: np.linalg.cholesky(S)),
+    ("cholesky_solve", lambda: L.cholesky_solve(b, L.cholesky(s)), lambda: np.linalg.solve(S, B)),
+    ("solve_triangular", lambda: L.solve_triangular(a, b, upper=True),
+     lambda: np.linalg.solve(np.triu(A), B)),
+    ("qr", lambda: L.qr(r).R, lambda: np.linalg.qr(R)[1]),
+    ("eigh", lambda: L.eigh(s).eigenvalues, lambda: np.linalg.eigh(S)[0]),
+    ("svd", lambda: L.svd(r, full_matrices=False).S, lambda: np.linalg.svd(R)[1]),
+    ("pinv", lambda: L.pinv(r), lambda: np.linalg.pinv(R)),
+    ("lstsq", lambda: L.lstsq(r, gj.tensor(np.arange(8.0).reshape(4, 2))).solution,
+     lambda: np.linalg.lstsq(R, np.arange(8.0).reshape(4, 2), rcond=None)[0]),
+    ("matrix_norm-nuc", lambda: L.matrix_norm(r, "nuc"), lambda: np.linalg.norm(R, "nuc")),
+    ("matrix_norm-inf", lambda: L.matrix_norm(r, np.inf), lambda: np.linalg.norm(R, np.inf)),
+    ("matrix_norm--1", lambda: L.matrix_norm(r, -1), lambda: np.linalg.norm(R, -1)),
+    ("kron", lambda: L.kron(a, r), lambda: np.kron(A, R)),
+    ("tensordot", lambda: L.tensordot(r, a, ([1], [0])), lambda: np.tensordot(R, A, ([1], [0]))),
+    ("trace", lambda: L.trace(r), lambda: np.trace(R)),
+    ("addmm", lambda: L.addmm(gj.tensor(B[0]), a, b, beta=0.5, alpha=2),
+     lambda: 0.5 * B[0] + 2 * A @ B),
+])
+def test_values_match_numpy(name, got, want, interpreted):
+    np.testing.assert_allclose(np.asarray(got().data), want(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("ii->i", [(3, 3)]), ("ii", [(3, 3)]),
+    ("...ij,...jk", [(2, 1, 2, 3), (4, 3, 2)]), ("ijk->kji", [(2, 3, 4)]),
+    ("ij,ij,ij->", [(2, 3), (2, 3), (2, 3)]), ("i,j,k->ijk", [(2,), (3,), (1,)]),
+    ("iji->j", [(2, 3, 2)]), ("bij,bkj->bik", [(2, 3, 4), (2, 5, 4)]), ("a,a->a", [(1,), (3,)]),
+    (" ij , jk ", [(2, 3), (3, 4)]),
+])
+def test_einsum_matches_numpy(eq, shapes, interpreted):
+    xs = [_rng.standard_normal(s) for s in shapes]
+    want = np.einsum(eq, *[np.broadcast_to(x, np.broadcast_shapes(*[s for s in shapes]))
+                           if eq == "a,a->a" else x for x in xs])
+    np.testing.assert_allclose(np.asarray(L.einsum(eq, *map(gj.tensor, xs)).data), want,
+                               rtol=1e-12, atol=1e-12)
+    got = gj.jit(lambda *a: np.einsum(eq, *a))(*xs)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("executor", ["numpy", "numba"])
+def test_float32_stays_float32_batched(executor, monkeypatch):
+    if executor == "numpy":
+        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    else:
+        monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
+    a = (_rng.standard_normal((2, 3, 3)) * 0.3 + 3 * np.eye(3)).astype(np.float32)
+    b = _rng.standard_normal((2, 3, 2)).astype(np.float32)
+
+    def f(a, b):
+        return (L.inv(a).sum() + L.slogdet(a)[1].sum() + L.solve(a, b).sum()
+                + L.eigh(a + a.mT)[0].sum() + L.det(a).sum())
+
+    value, (ga, gb) = gj.value_and_grad(f, argnums=(0, 1))(a, b)
+    assert value.dtype == np.float32 and ga.dtype == np.float32 and gb.dtype == np.float32
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    ra, rb = gj.grad(f, argnums=(0, 1))(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(ga, ra, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(gb, rb, rtol=1e-3, atol=1e-3)
+
+
+def test_errors_name_op_shapes_and_line(interpreted):
+    x = gj.tensor(np.ones((2, 3)))
+    with pytest.raises(gj.ShapeError, match=r"linalg_inv: expected a batch of square matrices "
+                                            r"\(\*, n, n\), got shape \(2, 3\)") as e:
+        L.inv(x)
+    assert "test_ops_linalg.py" in str(e.value)
+    with pytest.raises(gj.ShapeError, match=r"einsum\('ij,jk->ik'\): label 'j' has sizes 3 and 2"):
+        L.einsum("ij,jk->ik", x, gj.tensor(np.ones((2, 2))))
+    with pytest.raises(gj.ShapeError, match=r"einsum\('ij->ik'\): output label 'k'"):
+        L.einsum("ij->ik", x)
+    with pytest.raises(gj.ShapeError, match=r"mv: size mismatch \(shapes \(2, 3\) and \(2,\)\)"):
+        x.mv(gj.tensor(np.ones(2)))
+    with pytest.raises(gj.ShapeError, match=r"linalg.solve: batch dims"):
+        L.solve(gj.tensor(np.ones((2, 3, 3))), gj.tensor(np.ones((3, 3, 1))))
+    with pytest.raises(gj.GradjitError, match="full_matrices=False"):
+        L.svd(x)
+    with pytest.raises(TypeError, match="linalg_det: expected a floating point tensor"):
+        L.det(gj.tensor(np.ones((2, 2), np.int64)))
+    with pytest.raises(gj.GradjitError, match="QR of a wide matrix"):
+        y = gj.tensor(np.eye(2, 3), requires_grad=True)
+        L.qr(y).R.sum().backward()
+
+
+def test_singular_det_forward_and_logdet_of_negative(interpreted):
+    assert L.det(gj.tensor(np.zeros((2, 2)))).item() == 0.0
+    assert np.isnan(L.logdet(gj.tensor(-np.eye(3))).item())       # det < 0: NaN, as torch
+    s, l = L.slogdet(gj.tensor(-np.eye(3)))
+    assert s.item() == -1.0 and l.item() == 0.0

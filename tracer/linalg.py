@@ -1,0 +1,297 @@
+"""``gj.linalg``: torch.linalg-named functions on gradjit tensors (eager and traced).
+
+Contract
+- Functions take ``Tensor`` or ``Tracer`` arguments (NumPy arrays beside them
+  become constants) and call the ops of ``tracer/ops_linalg.py`` or compose
+  registered ops; NumPy's ``np.linalg.*`` reach the same functions through
+  ``__array_function__`` (``tracer/numpy_protocol.py``).
+- Batch dims broadcast (``expand``) before two-operand solvers; a vector
+  right-hand side (``B.ndim == A.ndim - 1``) is solved as a column.
+- Composites (no op of their own, differentiated through their parts):
+  ``logdet`` = ``logabsdet + log(sign)`` (NaN for a negative determinant, as
+  torch); ``cholesky_solve`` = two triangular solves; ``lstsq`` = ``pinv(A) @ B``
+  (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
+  ``vector_norm``, ``amax``/``amin`` and ``svd``; ``svdvals`` the S of ``svd``.
+- Products (``mv`` ... ``einsum``) are re-exported from ``methods_linalg.py``.
+- Only reduced factorisations: ``qr(mode='reduced')``, ``svd`` of a non-square
+  matrix needs ``full_matrices=False`` (a ``GradjitError`` says so).
+"""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from gradjit.tracer.dispatch import apply, norm_dims
+from gradjit.tracer.einsum import einsum  # noqa: F401
+from gradjit.tracer.registry import GradjitError, ShapeError, user_site
+
+SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+QRResult = namedtuple("QRResult", "Q R")
+EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+SVDResult = namedtuple("SVDResult", "U S Vh")
+LstsqResult = namedtuple("LstsqResult", "solution residuals rank singular_values")
+
+
+def _obj(x, like):
+    return x if hasattr(x, "_apply") else like._const(np.asarray(x, dtype=like.dtype))
+
+
+def _pair(a, b):
+    like = a if hasattr(a, "_apply") else b
+    return _obj(a, like), _obj(b, like)
+
+
+def _need(op, x, rank=2):
+    if x.ndim < rank:
+        raise ShapeError(f"{op}: expected a tensor with at least {rank} dims (*, m, n), got "
+                         f"shape {tuple(x.shape)}", user_site())
+
+
+def _bcast_batch(op, a, b, b_rank=2):
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:b.ndim - b_rank]))
+    except ValueError:
+        raise ShapeError(f"{op}: batch dims of A {tuple(a.shape)} and B {tuple(b.shape)} cannot "
+                         f"be broadcast together", user_site()) from None
+    return (a.expand(batch + a.shape[-2:]), b.expand(batch + b.shape[b.ndim - b_rank:]))
+
+
+def inv(A):
+    _need("linalg.inv", A)
+    return apply("linalg_inv.default", [A], {})
+
+
+def det(A):
+    _need("linalg.det", A)
+    return apply("linalg_det.default", [A], {})
+
+
+def slogdet(A):
+    _need("linalg.slogdet", A)
+    return SlogdetResult(*apply("linalg_slogdet.default", [A], {}))
+
+
+def logdet(A):
+    sign, logabs = slogdet(A)
+    return logabs + sign.log()
+
+
+def _is_vector_rhs(A, B):
+    return B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
+
+
+def solve(A, B, *, left=True):
+    A, B = _pair(A, B)
+    _need("linalg.solve", A)
+    if _is_vector_rhs(A, B):
+        return solve(A, B.unsqueeze(-1), left=left).squeeze(-1)
+    return _solve_mat(A, B) if left else _solve_mat(A.mT, B.mT).mT   # X A = B: A' X' = B'
+
+
+def _solve_mat(A, B):
+    _need("linalg.solve", B)
+    A, B = _bcast_batch("linalg.solve", A, B)
+    return apply("linalg_solve.default", [A, B], {})
+
+
+def cholesky(A, *, upper=False):
+    _need("linalg.cholesky", A)
+    if upper:   # reads the upper triangle: U = cholesky(A^T)^T
+        return apply("linalg_cholesky.default", [A.mT], {}).mT
+    return apply("linalg_cholesky.default", [A], {})
+
+
+def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+    A, B = _pair(A, B)
+    _need("linalg.solve_triangular", A)
+    _need("linalg.solve_triangular", B)
+    A, B = _bcast_batch("linalg.solve_triangular", A, B)
+    return apply("linalg_solve_triangular.default", [A, B],
+                 {"upper": bool(upper), "left": bool(left), "unitriangular": bool(unitriangular)})
+
+
+def cholesky_solve(B, L, upper=False):
+    """Solve A X = B given the Cholesky factor of A (lower L, or upper U = L^T)."""
+    B, L = _pair(B, L)
+    if upper:
+        L = L.mT
+    Y = solve_triangular(L, B, upper=False)
+    return solve_triangular(L.mT, Y, upper=True)
+
+
+def qr(A, mode="reduced"):
+    _need("linalg.qr", A)
+    if mode != "reduced":
+        raise GradjitError(f"linalg.qr: mode={mode!r} is not supported (only 'reduced')",
+                           user_site())
+    return QRResult(*apply("linalg_qr.default", [A], {}))
+
+
+def eigh(A, UPLO="L"):
+    _need("linalg.eigh", A)
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return EighResult(*apply("linalg_eigh.default", [A if UPLO == "L" else A.mT], {}))
+
+
+def eigvalsh(A, UPLO="L"):
+    return eigh(A, UPLO).eigenvalues
+
+
+def svd(A, full_matrices=True):
+    _need("linalg.svd", A)
+    if full_matrices and A.shape[-1] != A.shape[-2]:
+        raise GradjitError(f"linalg.svd: full_matrices=True of a non-square {tuple(A.shape)} "
+                           f"matrix is not supported; pass full_matrices=False", user_site())
+    return SVDResult(*apply("linalg_svd.default", [A], {}))
+
+
+def svdvals(A):
+    return svd(A, full_matrices=False).S
+
+
+def pinv(A):
+    _need("linalg.pinv", A)
+    return apply("linalg_pinv.default", [A], {})
+
+
+def lstsq(A, B, rcond=None):
+    """Minimum-norm least squares (any rank): solution = pinv(A) @ B; residuals (squared
+    2-norms of the columns of A X - B) when m > n and A has full column rank, else empty."""
+    A, B = _pair(A, B)
+    _need("linalg.lstsq", A)
+    vec = B.ndim == A.ndim - 1
+    Bm = B.unsqueeze(-1) if vec else B
+    if Bm.shape[-2] != A.shape[-2]:
+        raise ShapeError(f"linalg.lstsq: A {tuple(A.shape)} and B {tuple(B.shape)} do not match "
+                         f"(rows {A.shape[-2]} != {Bm.shape[-2]})", user_site())
+    X = pinv(A) @ Bm
+    S = svdvals(A)
+    m, n = A.shape[-2:]
+    tol = (np.finfo(A.dtype).eps * max(m, n)) if rcond is None else rcond
+    rank = (S > S.amax(-1, keepdim=True) * tol).sum(-1)
+    r = ((A @ X - Bm) ** 2).sum(-2) if m > n else None
+    if vec:
+        X = X.squeeze(-1)
+        r = r.squeeze(-1) if r is not None else None
+    return LstsqResult(X, r, rank, S)
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False):
+    dims = norm_dims(dim, x.ndim, "linalg.vector_norm") or None
+    if ord == 0:
+        return (x != 0).to(x.dtype).sum(dims, keepdim)
+    if not isinstance(ord, (int, float)) or (ord < 0 and ord != -math.inf):
+        raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number "
+                           f">= 0, inf or -inf)", user_site())
+    return apply("linalg_vector_norm.default", [x],
+                 {"ord": float(ord), "dim": dims, "keepdim": bool(keepdim)})
+
+
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False):
+    _need("linalg.matrix_norm", A)
+    d0, d1 = norm_dims(dim[0], A.ndim)[0], norm_dims(dim[1], A.ndim)[0]
+    if d0 == d1:
+        raise ValueError(f"linalg.matrix_norm: dims must be different, got {dim}")
+    if ord == "fro":
+        return vector_norm(A, 2, (d0, d1), keepdim)
+    if ord in ("nuc", 2, -2):
+        perm = [i for i in range(A.ndim) if i not in (d0, d1)] + [d0, d1]
+        S = svdvals(A.permute(perm))
+        out = S.sum(-1) if ord == "nuc" else (S.amax(-1) if ord == 2 else S.amin(-1))
+    elif ord in (1, -1, math.inf, -math.inf):
+        first, second = (d0, d1) if ord in (1, -1) else (d1, d0)
+        s = A.abs().sum(first, keepdim=True)
+        out = s.amax(second, keepdim=True) if ord > 0 else s.amin(second, keepdim=True)
+        return out if keepdim else out.squeeze(max(d0, d1)).squeeze(min(d0, d1))
+    else:
+        raise GradjitError(f"linalg.matrix_norm: ord={ord!r} is not supported (use 'fro', "
+                           f"'nuc', 1, -1, 2, -2, inf or -inf)", user_site())
+    if keepdim:
+        out = out.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1))
+    return out
+
+
+def norm(A, ord=None, dim=None, keepdim=False):
+    """torch.linalg.norm: a vector norm, or a matrix norm for a string ord / two dims."""
+    if isinstance(ord, str) or (dim is not None and not isinstance(dim, int) and len(dim) == 2) \
+            or (ord is not None and dim is None and A.ndim == 2):
+        return matrix_norm(A, "fro" if ord is None else ord, dim or (-2, -1), keepdim)
+    return vector_norm(A if dim is not None or ord is None else A.reshape(-1),
+                       2 if ord is None else ord, dim, keepdim)
+
+
+def multi_dot(tensors):
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = out @ t
+    return out
+
+
+from gradjit.tracer.methods_linalg import (addbmm, addmm, addmv, addr, baddbmm, dot,  # noqa: E402
+                                           ger, kron, matmul, mv, outer, tensordot, trace, vdot)
+
+__all__ = ["inv", "det", "slogdet", "logdet", "solve", "cholesky", "cholesky_solve",
+           "solve_triangular", "qr", "eigh", "eigvalsh", "svd", "svdvals", "pinv", "lstsq",
+           "vector_norm", "matrix_norm", "norm", "multi_dot", "einsum", "mv", "dot", "vdot",
+           "outer", "ger", "addmm", "addmv", "addr", "baddbmm", "addbmm", "trace", "kron",
+           "tensordot", "matmul"]
+
+
+# -- NumPy spellings (merged into numpy_protocol._FUNCTIONS) -------------------------------------
+def _np_solve(a, b):   # NumPy 2: b is a vector only when 1-D
+    a, b = _pair(a, b)
+    _need("np.linalg.solve", a)
+    return solve(a, b) if b.ndim == 1 else _solve_mat(a, b)
+
+
+def _np_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    return svd(a, full_matrices) if compute_uv else svdvals(a)
+
+
+def _np_norm(x, ord=None, axis=None, keepdims=False):
+    if isinstance(axis, (tuple, list)) and len(axis) == 2 or (axis is None and x.ndim == 2
+                                                              and ord is not None):
+        return matrix_norm(x, "fro" if ord is None else ord, axis or (-2, -1), keepdims)
+    if axis is None:
+        out = vector_norm(x.reshape(-1), 2 if ord is None else ord)
+        return out.reshape((1,) * x.ndim) if keepdims else out
+    return vector_norm(x, 2 if ord is None else ord, axis, keepdims)
+
+
+def _np_lstsq(a, b, rcond=None):
+    res = lstsq(a, b, rcond)
+    return res.solution, res.residuals, res.rank, res.singular_values
+
+
+def _np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    if offset or (axis1, axis2) != (0, 1) or dtype is not None or out is not None or a.ndim != 2:
+        raise GradjitError("np.trace: only the main diagonal of a 2-D array is supported",
+                           user_site())
+    return trace(a)
+
+
+def _np_dot(a, b):
+    a, b = _pair(a, b)
+    if a.ndim > 2 or b.ndim > 2:
+        return tensordot(a, b, ([a.ndim - 1], [max(b.ndim - 2, 0)]))
+    return a @ b
+
+
+NUMPY_FUNCTIONS = {
+    np.linalg.inv: inv, np.linalg.det: det, np.linalg.slogdet: slogdet, np.linalg.solve: _np_solve,
+    np.linalg.cholesky: lambda a, upper=False: cholesky(a, upper=upper),
+    np.linalg.qr: qr, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.svd: _np_svd,
+    np.linalg.pinv: lambda a, rcond=None, hermitian=False: pinv(a), np.linalg.lstsq: _np_lstsq,
+    np.linalg.norm: _np_norm, np.linalg.multi_dot: lambda arrays, out=None: multi_dot(arrays),
+    np.linalg.matrix_norm: lambda x, keepdims=False, ord="fro": matrix_norm(x, ord, keepdim=keepdims),
+    np.linalg.vector_norm: lambda x, axis=None, keepdims=False, ord=2: vector_norm(
+        x if axis is not None else x.reshape(-1), ord, axis, keepdims),
+    np.outer: lambda a, b, out=None: outer(*(t.reshape(-1) for t in _pair(a, b))),
+    np.vdot: lambda a, b: dot(*(t.reshape(-1) for t in _pair(a, b))),
+    np.trace: _np_trace, np.kron: kron, np.dot: _np_dot,
+    np.tensordot: lambda a, b, axes=2: tensordot(a, b, axes),
+    np.einsum: lambda subscripts, *operands, **kw: einsum(subscripts, *operands),
+}
