@@ -284,6 +284,10 @@ def _stmt(e, node):
     lay[out] = layout
 
 
+_VIEW_OPS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
+             "permute.default", "transpose.int", "t.default", "slice.Tensor"}
+
+
 def generate(graph, name="entry"):
     e = _Emitter(graph)
     steps, inline = schedule(graph)
@@ -292,8 +296,13 @@ def generate(graph, name="entry"):
             _loop(e, step, inline)
         else:
             _stmt(e, step.node)
-    ins = {v for v in graph.inputs}
-    rets = [f"v{v.id}.copy()" if v in ins and v.ndim else f"v{v.id}" for v in graph.outputs]
+    # Results must never share memory with the caller's arrays: copy inputs and views
+    # of inputs (reshape/transpose/slice statements return views) when returned.
+    aliases = set(graph.inputs)
+    for node in graph.nodes:
+        if node.op in _VIEW_OPS and node.inputs[0] in aliases:
+            aliases.update(node.outputs)
+    rets = [f"v{v.id}.copy()" if v in aliases and v.ndim else f"v{v.id}" for v in graph.outputs]
     args = ", ".join([f"v{v.id}" for v in graph.inputs] + ["consts"])
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',

@@ -122,3 +122,11 @@ def test_interpreter_and_compiled_agree(rng, monkeypatch):
     monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
     interpreted = gj.grad(f)(w, x)
     np.testing.assert_allclose(compiled, interpreted, rtol=1e-12, atol=1e-14)
+
+
+def test_results_never_alias_the_callers_arrays():
+    x = np.arange(6.0)
+    for f in (lambda a: a[::2], lambda a: a.reshape(2, 3).T, lambda a: a.reshape(3, 2)):
+        out = gj.jit(f)(x)
+        out[...] = -1.0
+        np.testing.assert_array_equal(x, np.arange(6.0))
