@@ -164,14 +164,21 @@ def _forward_formula(name, op, text, helpers):
     tree = parse_formula(text, name)
     allowed = {a.name for a in op.schema.args} | {f"{t}_t" for t in op.schema.tensor_args} | {
         "result"} | {f"result{i}" for i in range(len(op.schema.returns))}
-    for u in names_used(tree):
+    _check_names(name, tree, text, allowed, helpers, " in the forward (result:) formula")
+    return tree
+
+
+def _check_names(name, tree, text, allowed, helpers, where=""):
+    """Every name a formula reads must be allowed, every function a helper; returns the names."""
+    used = names_used(tree)
+    for u in used:
         if isinstance(u, tuple):
             if u[1] not in helpers:
                 _fail(name, f"unknown function {u[1]!r} (not in the helper registry, "
                             f"gradjit/lowering/helpers.py)", text)
         elif u not in allowed:
-            _fail(name, f"unknown name {u!r} in the forward (result:) formula", text)
-    return tree
+            _fail(name, f"unknown name {u!r}{where}", text)
+    return used
 
 
 def _entry(name, op, item, helpers):
@@ -198,14 +205,7 @@ def _entry(name, op, item, helpers):
         if tree[0] == "call" and tree[1] == "not_implemented":
             e.not_implemented.update({i: tree[2][0][1] if tree[2] else "" for i in inputs})
             continue
-        used = names_used(tree)
-        for u in used:
-            if isinstance(u, tuple):
-                if u[1] not in helpers:
-                    _fail(name, f"unknown function {u[1]!r} (not in the helper registry, "
-                                f"gradjit/lowering/helpers.py)", text)
-            elif u not in allowed:
-                _fail(name, f"unknown name {u!r}", text)
+        used = _check_names(name, tree, text, allowed, helpers)
         if "grad" in used and "grads" in used:
             _fail(name, "illegally mixes use of 'grad' and 'grads'; use only 'grads'", text)
         e.formulas[inputs] = tree

@@ -34,23 +34,9 @@ class set_grad_enabled(contextlib.ContextDecorator):
         return super().__call__(fn)
 
     def _recreate_cm(self):
-        return _Scoped(self.mode)
+        return _GradMode(self.mode)
 
     def __enter__(self):
-        _state.enabled = self.mode
-        return self
-
-    def __exit__(self, *exc):
-        _state.enabled = self.prev
-        return False
-
-
-class _Scoped:
-    def __init__(self, mode):
-        self.mode = mode
-
-    def __enter__(self):
-        self.prev = is_grad_enabled()
         _state.enabled = self.mode
         return self
 
@@ -60,7 +46,13 @@ class _Scoped:
 
 
 class _GradMode(contextlib.ContextDecorator):
+    """Sets the grad mode on entry, restores the previous one on exit."""
+
     mode = True
+
+    def __init__(self, mode=None):
+        if mode is not None:
+            self.mode = bool(mode)
 
     def __enter__(self):
         self.prev = is_grad_enabled()
