@@ -18,6 +18,10 @@ from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, 
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
 from gradjit.tracer import cat, stack
 from gradjit.tracer import linalg
+from gradjit import nn
+from gradjit.tracer.creation import (Generator, arange, as_tensor, empty, empty_like, eye, full,
+                                     full_like, linspace, logspace, manual_seed, ones, ones_like,
+                                     rand, rand_like, randint, randn, randn_like, zeros, zeros_like)
 from gradjit.runtime import autograd as _engine
 
 Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
@@ -25,4 +29,6 @@ Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs it
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",
            "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
-           "linalg", "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]
+           "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
+           "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
+           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]

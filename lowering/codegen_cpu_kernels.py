@@ -9,7 +9,11 @@ Contract
   fresh C-contiguous output; their producers and consumers stay in the fused
   loops around them.
 - ``cumsum``: outer loops over every dim but ``dim``, an inner running sum
-  along ``dim`` (one pass, no temporaries).
+  along ``dim`` (one pass, no temporaries). ``cumprod`` / ``logcumsumexp``
+  (``np.logaddexp``, as the NumPy reference's ``accumulate``) are the same scan
+  with another combine; ``cummax`` / ``cummin`` also carry the index.
+- ``sort``: the same outer loops; each slice is copied and ``np.argsort``-ed
+  (mergesort: stable, as the reference), then values and indices written out.
 """
 from __future__ import annotations
 
@@ -42,7 +46,80 @@ def _cumsum(e, node):
     e.emit(depth + 1, f"v{out.id}[{idx}] = acc")
 
 
-KERNELS = {"cumsum.default": _cumsum}
+def _scan_loops(e, node, out):
+    """Outer loops over every dim of ``out`` but ``dim``; returns (depth, index text)."""
+    dim = node.attrs["dim"]
+    depth = 1
+    for d in range(out.ndim):
+        if d != dim:
+            e.emit(depth, f"for i{d} in range({out.shape[d]}):")
+            depth += 1
+    return depth, ", ".join(f"i{d}" for d in range(out.ndim))
+
+
+def _scan(init, combine):
+    def emit(e, node):
+        (x,), out = node.inputs, node.outputs[0]
+        if out.ndim == 0:
+            e.emit(1, f"v{out.id} = v{x.id}", node)
+            return
+        e.emit(1, f"v{out.id} = np.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+        depth, idx = _scan_loops(e, node, out)
+        e.emit(depth, f"acc = {init(out.dtype)}")
+        e.emit(depth, f"for i{node.attrs['dim']} in range({out.shape[node.attrs['dim']]}):")
+        e.emit(depth + 1, f"acc = {combine.format(acc='acc', x=f'v{x.id}[{idx}]')}")
+        e.emit(depth + 1, f"v{out.id}[{idx}] = acc")
+    return emit
+
+
+def _cumext(cmp):
+    def emit(e, node):
+        (x,), (vals, inds) = node.inputs, node.outputs
+        if x.ndim == 0:
+            e.emit(1, f"v{vals.id} = v{x.id}", node)
+            e.emit(1, f"v{inds.id} = np.int64(0)")
+            return
+        dim = node.attrs["dim"]
+        e.emit(1, f"v{vals.id} = np.empty({vals.shape}, {_np_dtype(vals.dtype)})", node)
+        e.emit(1, f"v{inds.id} = np.empty({inds.shape}, np.int64)")
+        depth, idx = _scan_loops(e, node, vals)
+        first = ", ".join("0" if d == dim else f"i{d}" for d in range(x.ndim))
+        e.emit(depth, f"best = v{x.id}[{first}]")
+        e.emit(depth, "bi = 0")
+        e.emit(depth, f"for i{dim} in range({x.shape[dim]}):")
+        e.emit(depth + 1, f"xv = v{x.id}[{idx}]")
+        e.emit(depth + 1, f"if best == best and (xv != xv or xv {cmp} best):")
+        e.emit(depth + 2, "best = xv")
+        e.emit(depth + 2, f"bi = i{dim}")
+        e.emit(depth + 1, f"v{vals.id}[{idx}] = best")
+        e.emit(depth + 1, f"v{inds.id}[{idx}] = bi")
+    return emit
+
+
+def _sort(e, node):
+    (x,), (vals, inds) = node.inputs, node.outputs
+    if x.ndim == 0:
+        e.emit(1, f"v{vals.id} = v{x.id}", node)
+        e.emit(1, f"v{inds.id} = np.int64(0)")
+        return
+    dim, desc = node.attrs["dim"], node.attrs["descending"]
+    e.emit(1, f"v{vals.id} = np.empty({vals.shape}, {_np_dtype(vals.dtype)})", node)
+    e.emit(1, f"v{inds.id} = np.empty({inds.shape}, np.int64)")
+    depth, idx = _scan_loops(e, node, vals)
+    row = ", ".join(":" if d == dim else f"i{d}" for d in range(x.ndim))
+    key = "row" if x.dtype.kind not in "bu" else "row.astype(np.int64)"
+    e.emit(depth, f"row = v{x.id}[{row}].copy()")
+    e.emit(depth, f"order = np.argsort({'-' if desc else ''}{key}, kind='mergesort')")
+    e.emit(depth, f"for i{dim} in range({x.shape[dim]}):")
+    e.emit(depth + 1, f"v{vals.id}[{idx}] = row[order[i{dim}]]")
+    e.emit(depth + 1, f"v{inds.id}[{idx}] = order[i{dim}]")
+
+
+KERNELS = {"cumsum.default": _cumsum,
+           "cumprod.default": _scan(lambda dt: "1.0" if dt.kind == "f" else "1", "{acc} * {x}"),
+           "logcumsumexp.default": _scan(lambda dt: "-np.inf", "np.logaddexp({acc}, {x})"),
+           "cummax.default": _cumext(">="), "cummin.default": _cumext("<="),
+           "sort.default": _sort}
 KERNELS.update(INDEX_KERNELS)   # the indexing family (lowering/codegen_cpu_index.py)
 KERNELS.update(LINALG_KERNELS)  # LAPACK calls (lowering/codegen_cpu_linalg.py)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from gradjit.lowering.helpers import helper, restore_reduced_dims, scale_grad_by_count, where
+from gradjit.lowering.helpers_index import gather_backward
 
 
 @helper
@@ -54,3 +55,43 @@ def cumsum_backward(grad, dim):
     if grad.ndim == 0:
         return grad
     return grad.sum(dim, keepdim=True) - grad.cumsum(dim) + grad
+
+
+def _reverse_cumsum(x, dim):
+    """sum_{j >= i} x_j along ``dim``, summed from the end (no cancellation of a large
+    total, unlike sum - cumsum + x)."""
+    return x.flip(dim).cumsum(dim).flip(dim)
+
+
+@helper
+def cumprod_backward(grad, self, dim, result):
+    """d out_j / d x_i = prod_{k <= j, k != i} x_k, exact with zeros: before the first
+    zero of a slice it is out_j / x_i; at the first zero it is the cumprod of the slice
+    with that zero replaced by 1; after it, 0 (the first zero is in the product)."""
+    if self.ndim == 0:
+        return grad
+    zero = self == 0
+    nz = zero.to(self.dtype).cumsum(dim)
+    after = nz > 0                                   # at or after the first zero
+    first = where(zero, nz == 1, False)              # the first zero itself
+    before = _reverse_cumsum(grad * result, dim) / where(after, 1, self)
+    at_zero = where(after, grad * where(first, 1, self).cumprod(dim), 0).sum(dim, keepdim=True)
+    return where(after, where(first, at_zero, 0), before)
+
+
+@helper
+def logcumsumexp_backward(grad, self, result, dim):
+    """d out_j / d x_i = exp(x_i - out_j) for j >= i: exp(x_i - m) times the reverse
+    cumsum of grad * exp(m - out), with m the slice max (the shift cancels)."""
+    if self.ndim == 0:
+        return grad
+    m = self.amax((dim,), keepdim=True)
+    return (self - m).exp() * _reverse_cumsum(grad * (m - result).exp(), dim)
+
+
+@helper
+def cummaxmin_backward(grad, self, indices, dim):
+    """Each output's gradient added at the input position it was taken from."""
+    if self.ndim == 0:
+        return grad
+    return gather_backward(grad, self, dim, indices)

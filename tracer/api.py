@@ -17,6 +17,7 @@ import numpy as np
 
 from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim,  # noqa: F401
                                      norm_dims, operands, register_frontend)
+from gradjit.tracer.methods_creation import CreationMethods
 from gradjit.tracer.methods_index import IndexMethods
 from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
@@ -100,7 +101,7 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
-class ArrayOps(MathMethods, ReduceMethods, IndexMethods, LinalgMethods):
+class ArrayOps(MathMethods, ReduceMethods, IndexMethods, LinalgMethods, CreationMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()

@@ -6,7 +6,16 @@ Contract
   value), ``prod``, ``var`` / ``std`` / ``var_mean`` / ``std_mean``
   (``correction`` or ``unbiased``, dims, ``keepdim``; NumPy's ``ddof`` maps to
   ``correction``), ``logsumexp``, ``norm`` (p = 1, 2, inf, -inf, 'fro', any
-  p > 0; dims), ``nansum`` and ``cumsum``.
+  p > 0; dims), ``nansum``, ``cumsum``, ``cumprod``, ``logcumsumexp``,
+  ``cummax`` / ``cummin`` (values, int64 indices), ``sort`` (stable; values,
+  indices), ``topk``, ``kthvalue``, ``median`` (no dim: the lower median's
+  value; dim: values, indices) and ``dist``.
+- ``topk`` / ``kthvalue`` / ``median`` are composites: ``sort`` then a
+  ``narrow`` / ``select`` of values and indices (so ties resolve by position:
+  the earliest index first, the lower median for even counts, as torch's
+  values; torch's indices on ties are unspecified). ``median()`` sends its
+  gradient to that one element (torch spreads it over ties). ``dist`` is
+  ``(self - other).norm(p)``.
 - Composites, differentiated through their parts: ``var`` is
   ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
   zeroes NaNs with ``where`` first.
@@ -97,3 +106,64 @@ class ReduceMethods:
     def cumsum(self, dim, *, axis=None):
         d = norm_dim(int(dim if axis is None else axis), self.ndim, "cumsum")
         return apply("cumsum.default", [self], {"dim": d})
+
+    def _scan(self, name, dim, axis=None):
+        d = norm_dim(int(dim if axis is None else axis), self.ndim, name)
+        return apply(f"{name}.default", [self], {"dim": d})
+
+    def cumprod(self, dim, *, axis=None):
+        return self._scan("cumprod", dim, axis)
+
+    def logcumsumexp(self, dim):
+        return self._scan("logcumsumexp", dim)
+
+    def cummax(self, dim):
+        return self._scan("cummax", dim)
+
+    def cummin(self, dim):
+        return self._scan("cummin", dim)
+
+    def sort(self, dim=-1, descending=False, *, stable=True):
+        d = norm_dim(int(dim), self.ndim, "sort")
+        return apply("sort.default", [self], {"dim": d, "descending": bool(descending)})
+
+    def argsort(self, dim=-1, descending=False, *, stable=True):
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        d = norm_dim(int(dim), self.ndim, "topk")
+        n = self.shape[d] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise IndexError(f"topk: selected index k={k} out of range for a dimension of size {n}")
+        v, i = self.sort(d, descending=largest)
+        if not self.ndim:
+            return v, i
+        return v.narrow(d, 0, k), i.narrow(d, 0, k)
+
+    def kthvalue(self, k, dim=-1, keepdim=False):
+        d = norm_dim(int(dim), self.ndim, "kthvalue")
+        n = self.shape[d] if self.ndim else 1
+        if not 1 <= k <= n:
+            raise IndexError(f"kthvalue: selected number k={k} out of range for a dimension of "
+                             f"size {n}")
+        return self._select_sorted(d, k - 1, keepdim)
+
+    def _select_sorted(self, d, j, keepdim):
+        v, i = self.sort(d)
+        if not self.ndim:
+            return v, i
+        v, i = v.narrow(d, j, 1), i.narrow(d, j, 1)
+        return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+
+    def median(self, dim=None, keepdim=False):
+        if dim is None:
+            flat = self.reshape(-1)
+            if flat.shape[0] == 0:
+                raise RuntimeError("median() of an empty tensor is not defined")
+            return flat._select_sorted(0, (flat.shape[0] - 1) // 2, False)[0]
+        d = norm_dim(int(dim), self.ndim, "median")
+        n = self.shape[d] if self.ndim else 1
+        return self._select_sorted(d, (n - 1) // 2, keepdim)
+
+    def dist(self, other, p=2):
+        return (self - other).norm(p)

@@ -147,11 +147,28 @@ def _np_reduce_kw(name):
     return fn
 
 
+def _np_median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """NumPy's median: the mean of the two middle values for an even count."""
+    if out is not None:
+        _unsupported("np.median with out=")
+    if axis is None:
+        flat = _np_median(a.reshape(-1), 0)
+        return flat.reshape((1,) * a.ndim) if keepdims else flat
+    d = axis % a.ndim
+    v = a.sort(d)[0]
+    n = a.shape[d]
+    return v.narrow(d, (n - 1) // 2, 2 - n % 2).mean(d, keepdim=keepdims)
+
+
 _FUNCTIONS.update({
     np.amin: _np_reduce_kw("amin"), np.min: _np_reduce_kw("amin"),
     np.prod: lambda a, axis=None, keepdims=False: a.prod(axis, keepdims),
     np.var: _np_var("var"), np.std: _np_var("std"), np.nansum: _np_reduce_kw("nansum"),
     np.cumsum: lambda a, axis=None: a.reshape(-1).cumsum(0) if axis is None else a.cumsum(axis),
+    np.cumprod: lambda a, axis=None: a.reshape(-1).cumprod(0) if axis is None else a.cumprod(axis),
+    np.sort: lambda a, axis=-1, kind=None, order=None: (a.reshape(-1).sort(0) if axis is None
+                                                        else a.sort(axis))[0],
+    np.median: _np_median,
     np.linalg.norm: _np_norm,
 })
 from gradjit.tracer.linalg import NUMPY_FUNCTIONS as _LINALG  # noqa: E402
@@ -160,4 +177,23 @@ _FUNCTIONS.update(_LINALG)   # np.linalg.*, np.einsum, np.tensordot ... (tracer/
 from gradjit.tracer.numpy_index import NUMPY_FUNCTIONS as _INDEX  # noqa: E402
 
 _FUNCTIONS.update(_INDEX)   # np.concatenate, np.stack, np.flip ... (tracer/numpy_index.py)
+from gradjit.tracer import creation as _cr  # noqa: E402
+
+
+def _np_like(fill):
+    def fn(a, *args, dtype=None, order="K", subok=True, shape=None):
+        if shape is not None:
+            _unsupported(f"np.{fill}_like with shape=")
+        if fill == "full":
+            (value,) = args
+            return _cr.full_like(a, value, dtype=dtype)
+        return getattr(_cr, f"{fill}_like")(a, dtype=dtype)
+    return fn
+
+
+_FUNCTIONS.update({   # constants of the caller's front end (tracer/creation.py)
+    np.zeros_like: _np_like("zeros"), np.ones_like: _np_like("ones"),
+    np.empty_like: _np_like("empty"), np.full_like: _np_like("full"),
+    np.copy: lambda a, order="K", subok=False: a.clone(),
+})
 _NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}

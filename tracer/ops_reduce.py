@@ -75,3 +75,66 @@ defop("linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keep
 defop("cumsum(Tensor self, int dim) -> Tensor", K,
       lambda t, a: [(tuple(t[0].shape), _sum_dtype(t[0].dtype))],
       lambda x, dim: np.cumsum(x, axis=dim, dtype=_sum_dtype(x.dtype)) if x.ndim else x.copy())
+
+
+# -- scans and order statistics (kernels: a loop nest along ``dim`` each) -----------------------
+# ``dim`` arrives non-negative; a 0-d input is its own scan / sort (index 0).
+def _same_shape(dtype_rule):
+    return lambda t, a: [(tuple(t[0].shape), dtype_rule(t[0].dtype))]
+
+
+def _with_indices(t, a):
+    return [(tuple(t[0].shape), t[0].dtype), (tuple(t[0].shape), np.dtype(np.int64))]
+
+
+defop("cumprod(Tensor self, int dim) -> Tensor", K, _same_shape(_sum_dtype),
+      lambda x, dim: np.cumprod(x, axis=dim, dtype=_sum_dtype(x.dtype)) if x.ndim else x.copy())
+
+
+def _logcumsumexp(x, dim):
+    if x.ndim == 0:
+        return x.copy()
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(x, axis=dim)
+
+
+defop("logcumsumexp(Tensor self, int dim) -> Tensor", K,
+      _same_shape(lambda dt: _float_only("logcumsumexp", dt)), _logcumsumexp)
+
+
+def _cumext(better):
+    """cummax / cummin: the running extreme and where it was last attained (ties move
+    the index forward, as torch); a NaN, once met, stays."""
+    def impl(x, dim):
+        if x.ndim == 0:
+            return x.copy(), np.zeros((), np.int64)
+        xm = np.moveaxis(x, dim, -1)
+        vals, inds = np.empty_like(xm), np.zeros(xm.shape, np.int64)
+        best, bi = xm[..., 0].copy(), np.zeros(xm.shape[:-1], np.int64)
+        for j in range(xm.shape[-1]):
+            v = xm[..., j]
+            take = (best == best) & ((v != v) | better(v, best)) if j else np.ones(best.shape, bool)
+            best = np.where(take, v, best)
+            bi = np.where(take, j, bi)
+            vals[..., j], inds[..., j] = best, bi
+        return np.moveaxis(vals, -1, dim), np.moveaxis(inds, -1, dim)
+    return impl
+
+
+defop("cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)", K, _with_indices,
+      _cumext(np.greater_equal))
+defop("cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)", K, _with_indices,
+      _cumext(np.less_equal))
+
+
+def _sort(x, dim, descending):
+    """Stable sort along ``dim`` (ties keep their order, also descending)."""
+    if x.ndim == 0:
+        return x.copy(), np.zeros((), np.int64)
+    key = x.astype(np.int64) if x.dtype.kind in "bu" else x
+    i = np.argsort(-key if descending else key, axis=dim, kind="stable").astype(np.int64)
+    return np.take_along_axis(x, i, dim), i
+
+
+defop("sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
+      K, _with_indices, _sort)

@@ -215,6 +215,11 @@ CASES = {
     "logsumexp.default": C(lambda a: (a.logsumexp(1), a.logsumexp()), U(2, 3)),
     "linalg_vector_norm.default": C(lambda a: (a.norm(), a.norm(1, 1), a.norm(3, 0)), NZ(2, 3)),
     "cumsum.default": C(lambda a: (a.cumsum(1), a.cumsum(0)), U(2, 3)),
+    "cumprod.default": C(lambda a: (a.cumprod(1), a.cumprod(0)), NZ(2, 3)),
+    "logcumsumexp.default": C(lambda a: (a.logcumsumexp(1), a.logcumsumexp(0)), U(2, 3)),
+    "cummax.default": C(lambda a: (a.cummax(1)[0], a.cummax(0)[0]), U(3, 4)),
+    "cummin.default": C(lambda a: (a.cummin(1)[0], a.cummin(0)[0]), U(3, 4)),
+    "sort.default": C(lambda a: (a.sort(1)[0], a.sort(0, descending=True)[0]), U(3, 4)),
     # indexing (tracer/ops_index.py)
     "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),
     "slice_backward.default": C(lambda a, b: gj.cat([a, b], 1), U(2, 3), U(2, 2)),

@@ -87,9 +87,56 @@ case("cumsum", lambda x: np.cumsum(x), normal(2, 3), tag="np-flat")
 case("cumsum", lambda x: x.cumsum(0), normal(), tag="0d")
 case("cumsum", lambda x: x.cumsum(0) * x, normal(1), tag="size1")
 
+# cumprod (with exact zeros), logcumsumexp, cummax / cummin
+case("cumprod", lambda x: x.cumprod(1), away(3, 4))
+case("cumprod", lambda x: x.cumprod(0), away(3, 2, 2), tag="dim0")
+case("cumprod", lambda x: np.cumprod(x, axis=-1), normal(2, 3), tag="np")
+case("cumprod", lambda x: np.cumprod(x), away(2, 3), tag="np-flat")
+case("cumprod", lambda x: x.cumprod(0), normal(), tag="0d")
+case("cumprod", lambda x: _with_zeros(1)(x).cumprod(1), away(2, 4), tag="one-zero")
+case("cumprod", lambda x: _with_zeros(2)(x).cumprod(1), away(2, 4), tag="two-zeros")
+case("cumprod", lambda x: (_with_zeros(1)(x) + 0.0).cumprod(0), away(3, 2), tag="zero-dim0")
+case("logcumsumexp", lambda x: x.logcumsumexp(1), normal(3, 4))
+case("logcumsumexp", lambda x: x.logcumsumexp(0), normal(3, 2, 2), tag="dim0")
+case("logcumsumexp", lambda x: (x * 20.0).logcumsumexp(-1), normal(2, 4), tag="large")
+case("logcumsumexp", lambda x: x.logcumsumexp(0), normal(), tag="0d")
+case("cummax", lambda x: x.cummax(1)[0], distinct(3, 4))
+case("cummax", lambda x: x.cummax(0)[0] * x, distinct(3, 2), tag="dim0")
+case("cummax", lambda x: x.cummax(0)[0], distinct(), tag="0d")
+case("cummin", lambda x: x.cummin(-1)[0], distinct(2, 5))
+case("cummin", lambda x: x.cummin(0)[0], distinct(4, 2), tag="dim0")
+
+# sort and its composites: topk, kthvalue, median; dist
+case("sort", lambda x: x.sort()[0], distinct(3, 4))
+case("sort", lambda x: x.sort(0, descending=True)[0] * x, distinct(3, 2), tag="desc")
+case("sort", lambda x: np.sort(x, axis=0), distinct(2, 3, 2), tag="np")
+case("sort", lambda x: np.sort(x), distinct(5), tag="np-1d")
+case("sort", lambda x: x.sort(0)[0], distinct(), tag="0d")
+case("sort", lambda x: x.sort(1)[0], distinct(3, 1), tag="size1")
+case("topk", lambda x: x.topk(2)[0], distinct(3, 4))
+case("topk", lambda x: x.topk(2, dim=0, largest=False)[0], distinct(3, 4), tag="smallest")
+case("kthvalue", lambda x: x.kthvalue(2)[0], distinct(3, 4))
+case("kthvalue", lambda x: x.kthvalue(1, 0, keepdim=True)[0], distinct(3, 2), tag="keepdim")
+case("median", lambda x: x.median(), distinct(3, 4), tag="all")
+case("median", lambda x: x.median(1)[0], distinct(3, 5))
+case("median", lambda x: x.median(0, keepdim=True)[0], distinct(4, 2), tag="even")
+case("median", lambda x: np.median(x, axis=1), distinct(2, 4), tag="np-even")
+case("median", lambda x: np.median(x), distinct(3, 3), tag="np")
+case("dist", lambda x, y: x.dist(y), normal(3, 4), normal(3, 4))
+case("dist", lambda x, y: x.dist(y, 1), away(3, 4), normal(4), tag="p=1")
+case("dist", lambda x, y: x.dist(y, 3), away(2, 3), normal(2, 3), tag="p=3")
+
 
 def _reduce_all(x, d):
     return x.prod(1) + (x.cumsum(1) * x).sum(1) + d.amin(1)
 
 
 case("reductions", _reduce_all, away(3, 4), distinct(3, 4), rep=True)
+
+
+def _scans_all(x, d):
+    return ((x.cumprod(1) + x.logcumsumexp(1)) * d.cummax(1)[0] + d.cummin(0)[0]
+            + d.sort(1)[0] * x + d.median(1, keepdim=True)[0])
+
+
+case("scans", _scans_all, away(3, 4), distinct(3, 4), rep=True)

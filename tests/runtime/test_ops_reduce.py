@@ -70,3 +70,81 @@ def test_errors(interpreted):
         x.cumsum(2)
     with pytest.raises(TypeError, match="logsumexp: could not infer output dtype"):
         gj.tensor(np.ones(3, np.int64)).logsumexp()
+
+
+# -- scans and order statistics ------------------------------------------------------------------
+def test_cumprod_gradient_is_exact_with_zeros(interpreted):
+    # d/dx_i sum_j cumprod_j: before the first zero out_j / x_i summed; at the first zero the
+    # products with it replaced by 1; after it 0
+    x = [2.0, 0.0, 3.0, 0.0, 5.0]
+    g = _grad(lambda x: x.cumprod(0).sum(), x)
+    np.testing.assert_array_equal(g, [1.0, 2.0 + 6.0 + 0.0 + 0.0, 0.0, 0.0, 0.0])
+    g = _grad(lambda x: x.cumprod(0).sum(), [0.0, 2.0, 3.0])
+    np.testing.assert_array_equal(g, [1.0 + 2.0 + 6.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_scans_and_sort_values_match_numpy(compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    x = np.array([[3.0, 1.0, 3.0, 0.5], [np.nan, 2.0, 1.0, 2.0], [1.0, 1.0, 4.0, 4.0]])
+
+    def f(a):
+        v, i = a.cummax(1)
+        w, j = a.cummin(1)
+        s, k = a.sort(1, descending=True)
+        return v, i, w, j, s, k, a.cumprod(1), a.logcumsumexp(1)
+    v, i, w, j, s, k, p, lse = gj.jit(f)(x)
+    np.testing.assert_array_equal(v, [[3, 3, 3, 3], [np.nan] * 4, [1, 1, 4, 4]])
+    np.testing.assert_array_equal(i, [[0, 0, 2, 2], [0, 0, 0, 0], [0, 1, 2, 3]])  # ties: last
+    np.testing.assert_array_equal(w, [[3, 1, 1, 0.5], [np.nan] * 4, [1, 1, 1, 1]])
+    np.testing.assert_array_equal(j, [[0, 1, 1, 3], [0, 0, 0, 0], [0, 1, 1, 1]])
+    np.testing.assert_array_equal(k[0], [0, 2, 1, 3])          # stable: ties keep their order
+    np.testing.assert_array_equal(s[2], [4, 4, 1, 1])
+    np.testing.assert_array_equal(k[2], [2, 3, 0, 1])
+    np.testing.assert_allclose(p, np.cumprod(x, 1))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(lse, np.logaddexp.accumulate(x, 1))
+    ints = np.array([[3, 1, 2], [0, 0, -1]], np.int64)
+    s, k = gj.jit(lambda a: a.sort(1))(ints)
+    assert s.dtype == np.int64
+    np.testing.assert_array_equal(s, np.sort(ints, 1))
+    np.testing.assert_array_equal(gj.jit(lambda a: a.cumprod(0))(ints), np.cumprod(ints, 0))
+
+
+def test_logcumsumexp_of_infinities():
+    x = gj.tensor([-np.inf, -np.inf, 0.0, np.inf, 1.0])
+    np.testing.assert_array_equal(x.logcumsumexp(0).data, [-np.inf, -np.inf, 0.0, np.inf, np.inf])
+
+
+def test_order_statistics_follow_torch():
+    x = gj.tensor([[4.0, 1.0, 3.0, 2.0], [0.0, 5.0, 5.0, 1.0]])
+    v, i = x.median(1)
+    np.testing.assert_array_equal(v.data, [2.0, 1.0])          # the lower median
+    np.testing.assert_array_equal(i.data, [3, 3])
+    assert x.median().item() == 2.0
+    v, i = x.kthvalue(3, 1, keepdim=True)
+    assert v.shape == (2, 1) and v.data.ravel().tolist() == [3.0, 5.0]
+    v, i = x.topk(2)
+    np.testing.assert_array_equal(v.data, [[4.0, 3.0], [5.0, 5.0]])
+    np.testing.assert_array_equal(i.data, [[0, 2], [1, 2]])
+    v, i = x.topk(1, dim=0, largest=False)
+    np.testing.assert_array_equal(v.data, [[0.0, 1.0, 3.0, 1.0]])
+    assert np.median(gj.tensor([1.0, 4.0, 2.0, 3.0])).item() == 2.5   # NumPy: the mean of two
+    np.testing.assert_array_equal(np.sort(x).data, np.sort(x.data))
+    np.testing.assert_array_equal(x.argsort(0).data, np.argsort(x.data, 0, kind="stable"))
+    assert gj.tensor([3.0, 0.0]).dist(gj.tensor([0.0, 4.0])).item() == 5.0
+    with pytest.raises(IndexError, match="topk"):
+        x.topk(5)
+    with pytest.raises(IndexError, match="kthvalue"):
+        x.kthvalue(0)
+    assert x.to(np.float32).sort()[0].dtype == np.float32
+    assert x.to(np.float32).cumprod(1).dtype == np.float32
+
+
+def test_gradient_goes_to_the_selected_index(interpreted):
+    x = [1.0, 3.0, 3.0, 2.0]
+    np.testing.assert_array_equal(_grad(lambda x: x.cummax(0)[0].sum(), x), [1.0, 1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(_grad(lambda x: x.sort(0)[0][-1], x), [0.0, 0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(_grad(lambda x: x.median(), x), [0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(_grad(lambda x: x.topk(2)[0].sum(), x), [0.0, 1.0, 1.0, 0.0])

@@ -1,0 +1,264 @@
+"""``gj.nn.functional``: torch.nn.functional activations and layers as composites.
+
+Contract
+- Every function takes torch.nn.functional's name, signature and semantics and
+  is spelled in terms of existing differentiable ops (``where``, ``clamp``,
+  ``logaddexp``, ``erf``, ``matmul``, ``index_select`` ...), so it adds no op,
+  no formula and no code generation: gradients (any order) come from the parts,
+  and the same code runs on eager ``Tensor``s and on ``Tracer``s (``gj.grad``).
+- Kinks follow torch where a ``where`` can say it: relu6 / hardtanh /
+  hardsigmoid pass no gradient at their bounds; leaky_relu / threshold /
+  hardshrink / softshrink select with strict comparisons as torch does.
+  Known difference: hardswish at exactly x = 3 has gradient 1 (torch: 1.5).
+- Arrays and Python scalars beside a tensor become constants of its front end.
+- ``dropout`` draws its mask with NumPy from ``generator`` (an
+  ``np.random.Generator``, a ``gj.Generator`` or an int seed) and multiplies by it as a constant,
+  so backward uses the same mask. Under ``gj.jit`` / ``gj.grad`` the mask is
+  drawn when the function is traced: pass a seed for reproducible results.
+- ``embedding(padding_idx=p)``: row p keeps its value in the output but gets
+  no gradient (``_stop_gradient``: ``detach`` for tensors; for tracers an exact
+  ``round`` of a power-of-two-scaled copy, whose gradient is zero).
+- Losses live in ``tracer/nn_losses.py`` (re-exported by ``gradjit.nn.functional``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from gradjit.tracer.api import where
+from gradjit.tracer.dispatch import as_operand, norm_dim
+from gradjit.tracer.methods_math import binop
+
+
+def _operand(x, like):
+    """x as a gradjit object beside ``like``; a float array takes like's float dtype."""
+    if not hasattr(x, "_apply"):
+        a = np.asarray(x)
+        if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
+            x = a.astype(like.dtype)
+    return as_operand(x, like)
+
+__all__ = ["relu", "relu6", "leaky_relu", "elu", "celu", "selu", "gelu", "silu", "mish",
+           "softplus", "softsign", "softshrink", "hardshrink", "hardtanh", "hardsigmoid",
+           "hardswish", "threshold", "glu", "prelu", "sigmoid", "tanh", "softmax",
+           "log_softmax", "normalize", "cosine_similarity", "pairwise_distance", "linear",
+           "bilinear", "layer_norm", "dropout", "embedding"]
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _const(like, array):
+    return _operand(np.asarray(array), like)
+
+
+def _softplus0(z):
+    """log(1 + exp(z)), stable for any z (logaddexp(0, z))."""
+    return binop("logaddexp.default", 0.0, z)
+
+
+def _stop_gradient(x):
+    """x's values with a zero gradient."""
+    if hasattr(x, "detach"):
+        return x.detach()
+    s = 60.0 if x.dtype == np.float32 else 200.0      # x * 2**s is an integer: round is exact
+    return (x * 2.0 ** s).round() * 2.0 ** -s
+
+
+# -- activations ---------------------------------------------------------------------------
+def relu(input, inplace=False):
+    return input.relu()
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    return where(input <= min_val, float(min_val), where(input >= max_val, float(max_val), input))
+
+
+def relu6(input, inplace=False):
+    return hardtanh(input, 0.0, 6.0)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return where(input > 0, input, input * float(negative_slope))
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return where(input > 0, input, input.clamp_max(0.0).expm1() * float(alpha))
+
+
+def celu(input, alpha=1.0, inplace=False):
+    a = float(alpha)
+    return where(input > 0, input, (input.clamp_max(0.0) / a).expm1() * a)
+
+
+def selu(input, inplace=False):
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def gelu(input, approximate="none"):
+    if approximate == "none":
+        return input * 0.5 * ((input * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * math.sqrt(2.0 / math.pi)
+        return input * 0.5 * (inner.tanh() + 1.0)
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(input, inplace=False):
+    return input * input.sigmoid()
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    b = float(beta)
+    soft = _softplus0(input * b) / b if b != 1.0 else _softplus0(input)
+    return where(input * b > threshold, input, soft)
+
+
+def mish(input, inplace=False):
+    return input * _softplus0(input).tanh()
+
+
+def softsign(input):
+    return input / (input.abs() + 1.0)
+
+
+def softshrink(input, lambd=0.5):
+    lam = float(lambd)
+    return where(input > lam, input - lam, where(input < -lam, input + lam, 0.0))
+
+
+def hardshrink(input, lambd=0.5):
+    lam = float(lambd)
+    return where(input.abs() > lam, input, 0.0)
+
+
+def hardsigmoid(input, inplace=False):
+    return relu6(input + 3.0) / 6.0
+
+
+def hardswish(input, inplace=False):
+    return input * relu6(input + 3.0) / 6.0
+
+
+def threshold(input, threshold, value, inplace=False):
+    return where(input > threshold, input, float(value))
+
+
+def glu(input, dim=-1):
+    d = norm_dim(dim, input.ndim, "glu")
+    if input.shape[d] % 2:
+        raise ValueError(f"glu: halving dimension must be even, but dimension {d} is size "
+                         f"{input.shape[d]}")
+    a, b = input.chunk(2, d)
+    return a * b.sigmoid()
+
+
+def prelu(input, weight):
+    weight = _operand(weight, input)
+    if weight.numel() != 1 and input.ndim >= 2:
+        weight = weight.reshape((weight.shape[0],) + (1,) * (input.ndim - 2))
+    return where(input > 0, input, input * weight)
+
+
+def sigmoid(input):
+    return input.sigmoid()
+
+
+def tanh(input):
+    return input.tanh()
+
+
+def _softmax_dim(ndim):
+    return 0 if ndim in (0, 1, 3) else 1     # torch's legacy implicit dim
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    x = input if dtype is None else input.to(dtype)
+    return x.softmax(_softmax_dim(x.ndim) if dim is None else dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    x = input if dtype is None else input.to(dtype)
+    return x.log_softmax(_softmax_dim(x.ndim) if dim is None else dim)
+
+
+# -- distances and normalisation ------------------------------------------------------------
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    return input / input.norm(p, dim, keepdim=True).clamp_min(eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    x2 = _operand(x2, x1)
+    shape = tuple(np.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
+    x1, x2 = x1.expand(shape), x2.expand(shape)
+    n1 = x1.norm(2, dim, keepdim=True).clamp_min(eps)
+    n2 = x2.norm(2, dim, keepdim=True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    x2 = _operand(x2, x1)
+    diff = x1 - x2 + eps
+    return diff.norm(p, -1, keepdim) if diff.ndim else diff.abs()
+
+
+def linear(input, weight, bias=None):
+    weight = _operand(weight, input)
+    out = input @ (weight.t() if weight.ndim == 2 else weight)
+    return out if bias is None else out + _operand(bias, input)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    weight, input2 = _operand(weight, input1), _operand(input2, input1)
+    o, i, j = weight.shape
+    tmp = (input1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(tuple(input1.shape[:-1]) + (o, j))
+    out = (tmp * input2.unsqueeze(-2)).sum(-1)
+    return out if bias is None else out + _operand(bias, input1)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    k = len(normalized_shape)
+    if tuple(input.shape[input.ndim - k:]) != tuple(normalized_shape):
+        raise ValueError(f"layer_norm: normalized_shape {tuple(normalized_shape)} does not match "
+                         f"the trailing dims of an input of shape {tuple(input.shape)}")
+    dims = tuple(range(input.ndim - k, input.ndim))
+    centered = input - input.mean(dims, keepdim=True)
+    var = (centered * centered).mean(dims, keepdim=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * _operand(weight, input)
+    return out if bias is None else out + _operand(bias, input)
+
+
+# -- randomness and lookup ---------------------------------------------------------------------
+def dropout(input, p=0.5, training=True, inplace=False, *, generator=None):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    rng = getattr(generator, "rng", generator)        # gj.Generator wraps an np Generator
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    mask = (rng.random(tuple(input.shape)) >= p).astype(input.dtype) / np.asarray(1.0 - p, input.dtype)
+    return input * _const(input, mask.astype(input.dtype))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError("embedding: max_norm and scale_grad_by_freq are not supported")
+    idx = _operand(input, weight) if not hasattr(input, "_apply") else input
+    if np.dtype(idx.dtype).kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got {np.dtype(idx.dtype).name}")
+    n, d = weight.shape
+    rows = weight.index_select(0, idx.reshape(-1))
+    if padding_idx is not None:
+        pad = int(padding_idx) + (n if padding_idx < 0 else 0)
+        keep = (idx.reshape(-1, 1) != pad).to(weight.dtype)
+        rows = rows * keep + _stop_gradient(rows) * (1.0 - keep)
+    return rows.reshape(tuple(idx.shape) + (d,))
