@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.methods_index import cat, stack
+from gradjit.tracer.methods_index2 import NUMPY_FUNCTIONS as _INDEX2
 
 
 def _split(a, indices_or_sections, axis=0):
@@ -67,3 +68,4 @@ NUMPY_FUNCTIONS = {
     np.take_along_axis: lambda arr, indices, axis: arr.take_along_dim(indices, axis),
     np.take: _take,
 }
+NUMPY_FUNCTIONS.update(_INDEX2)   # np.rot90, np.repeat, np.diag, np.pad ... (methods_index2.py)
