@@ -15,11 +15,21 @@ Contract
   throw-away node built from the schema; nothing is compiled.
 - The tests' ``CASES`` keys are read with ``ast`` (the test module is never
   imported). ``report() -> str`` is the table plus totals; ``main()`` prints it.
+- Composite ops (second section): ``composite_rows() -> [CompositeRow]``, one
+  row per public function of ``gj.nn.functional`` and ``gj.linalg`` and per
+  public method of ``Tensor`` that is not itself a registered (yaml-backed) op
+  name; such ops have no formula of their own and are recorded as the
+  registered ops they decompose into (``via``). Tensor utilities that are not
+  ops (``backward``, ``numpy``, ``size`` ...) are left out. ``tested`` is
+  whether the name occurs as a word in the sources under ``tests/`` (``None``
+  when the tests are absent). ``report()`` appends this section and its totals.
 """
 from __future__ import annotations
 
 import ast
+import inspect
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +144,88 @@ def report(table=None):
     return "\n".join(lines)
 
 
+@dataclass
+class CompositeRow:
+    op: str          # "gj.nn.functional.cross_entropy", "gj.linalg.lstsq", "Tensor.var"
+    via: str         # how it is differentiated
+    tested: bool | None
+
+
+# Tensor methods that are utilities, not ops (no forward value to differentiate).
+_NOT_OPS = {"backward", "register_hook", "retain_grad", "requires_grad_", "numpy", "item",
+            "tolist", "dim", "size", "numel", "new_empty", "new_full", "new_ones", "new_tensor",
+            "new_zeros"}
+
+
+def _registered_names():
+    return {k.split(".")[0] for k in OPS}
+
+
+def _public_functions(module):
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    out = []
+    for n in sorted(set(names)):
+        obj = getattr(module, n, None)
+        if (callable(obj) and not isinstance(obj, type) and not inspect.ismodule(obj)
+                and getattr(obj, "__module__", "").startswith("gradjit")):
+            out.append(n)
+    return out
+
+
+def composite_ops():
+    """(qualified name, bare name) of every composite: not a registered op name."""
+    import gradjit.nn.functional as F
+    from gradjit.tracer import linalg
+    from gradjit.tracer.tensor import Tensor
+    reg = _registered_names()
+    out = [(f"gj.nn.functional.{n}", n) for n in _public_functions(F) if n not in reg]
+    out += [(f"gj.linalg.{n}", n) for n in _public_functions(linalg)
+            if n not in reg and f"linalg_{n}" not in reg]
+    for n in sorted(dir(Tensor)):
+        if n.startswith("_") or n in reg or n in _NOT_OPS:
+            continue
+        if inspect.isfunction(inspect.getattr_static(Tensor, n)):
+            out.append((f"Tensor.{n}", n))
+    return out
+
+
+def _tests_text(tests_dir=None):
+    tests_dir = tests_dir or os.path.join(os.path.dirname(formulas.default_path()), "tests")
+    if not os.path.isdir(tests_dir):
+        return None
+    parts = []
+    for root, _, files in os.walk(tests_dir):
+        for fn in files:
+            if fn.endswith(".py"):
+                with open(os.path.join(root, fn), encoding="utf-8") as f:
+                    parts.append(f.read())
+    return "\n".join(parts)
+
+
+def composite_rows(tests_dir=None):
+    text = _tests_text(tests_dir)
+    return [CompositeRow(q, "decomposes into registered ops",
+                         None if text is None else re.search(rf"\b{re.escape(n)}\b", text) is not None)
+            for q, n in composite_ops()]
+
+
+def composite_report(table=None):
+    table = composite_rows() if table is None else table
+    width = max([len(r.op) for r in table] + [2])
+    yn = {True: "yes", False: "NO", None: "?"}
+    lines = ["composite ops (no formula of their own)",
+             f"{'op':<{width}}  {'backward':<31}  tested", "-" * (width + 41)]
+    lines += [f"{r.op:<{width}}  {r.via:<31}  {yn[r.tested]}" for r in table]
+    n = len(table)
+    tested = ("?" if any(r.tested is None for r in table) else sum(r.tested for r in table))
+    lines.append("-" * (width + 41))
+    lines.append(f"total: {n} composite ops; decompose into registered ops {n}/{n}; "
+                 f"tested {tested}/{n}")
+    return "\n".join(lines)
+
+
 def main():
     print(report())
+    print()
+    print(composite_report())
     return 0

@@ -210,11 +210,10 @@ def cat(tensors, dim=0):
     sizes = tuple(total if k == d else s for k, s in enumerate(ref.shape))
     out, off = None, 0
     for t in ts:
-        n = t.shape[d]
-        if n:
-            part = apply("slice_backward.default", [t], {"input_sizes": sizes, "dim": d,
-                                                         "start": off, "end": off + n, "step": 1})
-            out = part if out is None else out + part
+        n = t.shape[d]  # empty parts are placed too: torch gives them a (size-0) gradient
+        part = apply("slice_backward.default", [t], {"input_sizes": sizes, "dim": d,
+                                                     "start": off, "end": off + n, "step": 1})
+        out = part if out is None else out + part
         off += n
     return out if out is not None else ts[0]
 

@@ -1,0 +1,125 @@
+"""Ops at their edges, against torch's documented behaviour (issue 3).
+
+Expected values are torch 2.x's (checked against torch.autograd with float64):
+
+- clamp / clamp_min / clamp_max at a bound: the value passes through with
+  gradient 1 (torch's mask is ``min <= x <= max``, inclusive); outside it is 0.
+- abs at 0: gradient ``sign(0) = 0``. relu at 0: gradient 0 (mask ``x > 0``).
+- ties: full reductions ``max()`` / ``amax`` / ``amin`` and ``amax(dim)`` split
+  the gradient evenly between the tied elements; ``max(dim)`` / ``min(dim)``
+  (values, indices) send it all to the index they return (the first); binary
+  ``maximum`` / ``minimum`` give each side half at equal inputs.
+- log(0) = -inf with gradient +inf; sqrt(0) = 0 with gradient +inf.
+- division by zero: IEEE (1/0 = inf, -1/0 = -inf, 0/0 = nan), gradients follow
+  the formula (d/dy of x/y at y=0 is -x/0**2: -inf, inf or nan).
+- pow with base 0: ``0**2`` has gradient 0, ``0**0.5`` gradient inf, ``0**0``
+  is 1 with gradient 0; tensor exponent: ``0**y`` has gradient 0 w.r.t. y
+  (torch masks the ``log(0)`` term where the base is 0).
+- size-0 dims: sum of an empty tensor is 0, mean is nan, elementwise ops and
+  matmul over an empty contraction give zeros; gradients are empty arrays of
+  the input shapes.
+
+``gj.cat([empty, x])`` gives the size-0 input a (0, 3) zero gradient, as torch.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+inf, nan = np.inf, np.nan
+
+
+def _grads(f, *xs):
+    ts = [gj.tensor(np.asarray(x, dtype=np.float64), requires_grad=True) for x in xs]
+    out = f(*ts)
+    out.sum().backward()
+    return np.asarray(out.data), [None if t.grad is None else np.asarray(t.grad.data) for t in ts]
+
+
+def _eq(got, want):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want, dtype=np.float64))
+
+
+CASES = {
+    "clamp-at-bounds": (lambda x: x.clamp(-1.0, 1.0), [[-1.0, 0.0, 1.0, 2.0]],
+                        [-1.0, 0.0, 1.0, 1.0], [[1.0, 1.0, 1.0, 0.0]]),
+    "clamp_min-at-bound": (lambda x: x.clamp_min(0.0), [[0.0, 1.0, -1.0]],
+                           [0.0, 1.0, 0.0], [[1.0, 1.0, 0.0]]),
+    "clamp_max-at-bound": (lambda x: x.clamp_max(0.0), [[0.0, -1.0, 1.0]],
+                           [0.0, -1.0, 0.0], [[1.0, 1.0, 0.0]]),
+    "abs-at-0": (lambda x: x.abs(), [[0.0, -1.0]], [0.0, 1.0], [[0.0, -1.0]]),
+    "relu-at-0": (lambda x: x.relu(), [[0.0, -1.0, 1.0]], [0.0, 0.0, 1.0], [[0.0, 0.0, 1.0]]),
+    "max-all-ties-split": (lambda x: x.max(), [[1.0, 3.0, 3.0]], 3.0, [[0.0, 0.5, 0.5]]),
+    "amax-ties-split": (lambda x: x.amax(), [[1.0, 3.0, 3.0]], 3.0, [[0.0, 0.5, 0.5]]),
+    "amin-ties-split": (lambda x: x.amin(), [[1.0, 1.0, 3.0]], 1.0, [[0.5, 0.5, 0.0]]),
+    "amax-dim-ties-split": (lambda x: x.amax(1), [[[2.0, 2.0, 1.0]]], [2.0],
+                            [[[0.5, 0.5, 0.0]]]),
+    "max-dim-ties-first": (lambda x: x.max(1)[0], [[[2.0, 2.0, 1.0]]], [2.0],
+                           [[[1.0, 0.0, 0.0]]]),
+    "min-dim-ties-first": (lambda x: x.min(1)[0], [[[1.0, 1.0, 2.0]]], [1.0],
+                           [[[1.0, 0.0, 0.0]]]),
+    "maximum-ties-split": (lambda x, y: x.maximum(y), [[1.0, 2.0], [1.0, 3.0]], [1.0, 3.0],
+                           [[0.5, 0.0], [0.5, 1.0]]),
+    "minimum-ties-split": (lambda x, y: x.minimum(y), [[1.0, 2.0], [1.0, 3.0]], [1.0, 2.0],
+                           [[0.5, 1.0], [0.5, 0.0]]),
+    "log-of-0": (lambda x: x.log(), [[0.0, 1.0]], [-inf, 0.0], [[inf, 1.0]]),
+    "sqrt-at-0": (lambda x: x.sqrt(), [[0.0, 4.0]], [0.0, 2.0], [[inf, 0.25]]),
+    "div-by-0": (lambda x, y: x / y, [[1.0, -1.0, 0.0], [0.0, 0.0, 0.0]], [inf, -inf, nan],
+                 [[inf, inf, inf], [-inf, inf, nan]]),
+    "pow-0-base-e2": (lambda x: x ** 2, [[0.0]], [0.0], [[0.0]]),
+    "pow-0-base-e0.5": (lambda x: x ** 0.5, [[0.0]], [0.0], [[inf]]),
+    "pow-0-base-e0": (lambda x: x ** 0, [[0.0]], [1.0], [[0.0]]),
+    "pow-0-base-tensor-exp": (lambda x, y: x ** y, [[0.0, 0.0], [2.0, 0.0]], [0.0, 1.0],
+                              [[0.0, 0.0], [0.0, 0.0]]),
+    "sum-empty": (lambda x: x.sum(), [np.zeros((0, 3))], 0.0, [np.zeros((0, 3))]),
+    "mean-empty": (lambda x: x.mean(), [np.zeros((0, 3))], nan, [np.zeros((0, 3))]),
+    "mean-empty-dim0": (lambda x: x.mean(0), [np.zeros((0, 3))], [nan, nan, nan],
+                        [np.zeros((0, 3))]),
+    "mul-empty-broadcast": (lambda x, y: x * y, [np.zeros((0, 3)), np.ones(3)],
+                            np.zeros((0, 3)), [np.zeros((0, 3)), np.zeros(3)]),
+    "matmul-empty-contraction": (lambda x, y: x @ y, [np.zeros((2, 0)), np.zeros((0, 3))],
+                                 np.zeros((2, 3)), [np.zeros((2, 0)), np.zeros((0, 3))]),
+    "matmul-empty-rows": (lambda x, y: x @ y, [np.zeros((0, 2)), np.ones((2, 3))],
+                          np.zeros((0, 3)), [np.zeros((0, 2)), np.zeros((2, 3))]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_edge_matches_torch(name, interpreted):
+    f, xs, value, grads = CASES[name]
+    out, got = _grads(f, *xs)
+    _eq(out, value)
+    assert len(got) == len(grads)
+    for g, w in zip(got, grads):
+        assert g is not None
+        assert g.shape == np.shape(w)
+        _eq(g, w)
+
+
+def test_cat_with_empty_values_and_grad_of_the_nonempty_input(interpreted):
+    out, (ge, gx) = _grads(lambda e, x: gj.cat([e, x]), np.zeros((0, 3)), np.ones((2, 3)))
+    _eq(out, np.ones((2, 3)))
+    _eq(gx, np.ones((2, 3)))
+
+
+def test_cat_empty_input_gets_an_empty_gradient_as_torch(interpreted):
+    _, (ge, _) = _grads(lambda e, x: gj.cat([e, x]), np.zeros((0, 3)), np.ones((2, 3)))
+    assert ge is not None and ge.shape == (0, 3)
+
+
+def test_edges_in_one_compiled_gradient():
+    """gj.grad through the compiled path: clamp bounds, relu/abs at 0, ties, log/sqrt of 0."""
+    def f(x):
+        return (x.clamp(0.0, 1.0) + x.relu() + x.abs() + x.log() + x.sqrt()).sum() + x.amax()
+
+    x = np.array([0.0, 1.0, 1.0, 0.5])
+    g = gj.grad(f)(x)
+    # clamp: 1 at both bounds; relu: 0 at 0; abs: 0 at 0; log: inf at 0; sqrt: inf at 0;
+    # amax: tie between the two 1.0s split as 0.5 each
+    want = np.array([1 + 0 + 0 + inf + inf,
+                     1 + 1 + 1 + 1.0 + 0.5 + 0.5,
+                     1 + 1 + 1 + 1.0 + 0.5 + 0.5,
+                     1 + 1 + 1 + 2.0 + 0.5 / np.sqrt(0.5)])
+    _eq(g, want)
