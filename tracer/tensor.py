@@ -247,17 +247,24 @@ class Tensor(ArrayOps):
         self._check_inplace("sub_")
         return self._inplace(self.sub(other, alpha=alpha))
 
+    def _original(self):
+        """The value before an in-place op, for ops whose backward reads it (mul, div,
+        pow): a recorded copy, as torch saves the original ``self`` for such ops."""
+        if is_grad_enabled() and self._requires_grad:
+            return self + np.zeros((), self.dtype)
+        return self
+
     def mul_(self, other):
         self._check_inplace("mul_")
-        return self._inplace(self.mul(other))
+        return self._inplace(self._original().mul(other))
 
     def div_(self, other):
         self._check_inplace("div_")
-        return self._inplace(self.div(other))
+        return self._inplace(self._original().div(other))
 
     def pow_(self, exponent):
         self._check_inplace("pow_")
-        return self._inplace(self.pow(exponent))
+        return self._inplace(self._original().pow(exponent))
 
     def copy_(self, src):
         """Copy ``src`` (broadcast, cast) into this tensor; gradient flows to ``src`` only."""
