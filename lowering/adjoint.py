@@ -22,6 +22,8 @@ Contract
 """
 from __future__ import annotations
 
+import contextlib
+
 from gradjit.lowering.formulas import load
 from gradjit.lowering.helpers import sum_to
 from gradjit.lowering.instantiate import instantiate
@@ -41,6 +43,25 @@ def entries():
 def _differentiable(entry, index, value):
     od = getattr(entry, "output_differentiability", None)
     return value.dtype.kind == "f" and (od is None or od[index])
+
+
+def rule_for(table, node):
+    """The derivative entry (yaml Entry or runtime rule) of ``node``; a clear error if none."""
+    entry = table.get(node.op)
+    if entry is None:
+        raise GradjitError(f"no derivative formula for '{node.op}': it has no entry in "
+                           f"derivatives.yaml", node.site)
+    return entry
+
+
+@contextlib.contextmanager
+def attributed(graph, node):
+    """Nodes added meanwhile carry ``node``'s line and op (errors, anomaly mode)."""
+    graph.site_override = node.site.for_op(node.op) if node.site is not None else None
+    try:
+        yield
+    finally:
+        graph.site_override = None
 
 
 def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
@@ -77,13 +98,8 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
         mask = [v in active and v.dtype.kind == "f" for v in node.inputs]
         if not any(mask):
             continue
-        entry = table.get(node.op)
-        if entry is None:
-            raise GradjitError(f"no derivative formula for '{node.op}': it has no entry in "
-                               f"derivatives.yaml", node.site)
-        # Backward nodes carry the forward node's line and op (errors, anomaly mode).
-        graph.site_override = node.site.for_op(node.op) if node.site is not None else None
-        try:
+        entry = rule_for(table, node)
+        with attributed(graph, node):
             if callable(entry):
                 grads = entry(graph, node, grad_outs, mask)
             else:
@@ -91,6 +107,4 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
             for v, g, m in zip(node.inputs, grads, mask):
                 if m and g is not None:
                     accumulate(v, g)
-        finally:
-            graph.site_override = None
     return [cot.get(w) for w in wrt]

@@ -108,12 +108,20 @@ def _scatter_add(e, node):
     e.emit(depth, f"v{out.id}[{_idx(dst)}] += v{src.id}[{_idx(here)}]")
 
 
+def scalar_value_index(e, node):
+    """(values, indices) ops on a 0-d input: the value itself and index 0. True if emitted."""
+    (x,), (vals, inds) = node.inputs, node.outputs
+    if x.ndim:
+        return False
+    e.emit(1, f"v{vals.id} = v{x.id}", node)
+    e.emit(1, f"v{inds.id} = np.int64(0)")
+    return True
+
+
 def _minmax(cmp):
     def emit(e, node):
         (x,), (vals, inds) = node.inputs, node.outputs
-        if x.ndim == 0:
-            e.emit(1, f"v{vals.id} = v{x.id}", node)
-            e.emit(1, f"v{inds.id} = np.int64(0)")
+        if scalar_value_index(e, node):
             return
         dim, keep = node.attrs["dim"], node.attrs["keepdim"]
         scalar = vals.ndim == 0

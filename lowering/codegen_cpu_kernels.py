@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS
+from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS, scalar_value_index
 from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
 
 
@@ -75,9 +75,7 @@ def _scan(init, combine):
 def _cumext(cmp):
     def emit(e, node):
         (x,), (vals, inds) = node.inputs, node.outputs
-        if x.ndim == 0:
-            e.emit(1, f"v{vals.id} = v{x.id}", node)
-            e.emit(1, f"v{inds.id} = np.int64(0)")
+        if scalar_value_index(e, node):
             return
         dim = node.attrs["dim"]
         e.emit(1, f"v{vals.id} = np.empty({vals.shape}, {_np_dtype(vals.dtype)})", node)

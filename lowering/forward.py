@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.adjoint import _differentiable, adjoint, entries
+from gradjit.lowering.adjoint import _differentiable, adjoint, attributed, entries, rule_for
 from gradjit.lowering.helpers import sum_to
 from gradjit.lowering.instantiate import evaluate, instantiate
 from gradjit.tracer.api import apply
-from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import Tracer
 
 
@@ -74,12 +73,8 @@ def tangents(graph, inputs, tangent_values, outputs, rules=None, forward_rules=N
         ts = [tan.get(v) for v in node.inputs]
         if all(t is None for t in ts):
             continue
-        entry = table.get(node.op)
-        if entry is None:
-            raise GradjitError(f"no derivative formula for '{node.op}': it has no entry in "
-                               f"derivatives.yaml", node.site)
-        graph.site_override = node.site.for_op(node.op) if node.site is not None else None
-        try:
+        entry = rule_for(table, node)
+        with attributed(graph, node):
             outs = None
             if forward_rules and node.op in forward_rules:
                 outs = forward_rules[node.op](graph, node, ts)  # None: no rule for this node
@@ -87,8 +82,6 @@ def tangents(graph, inputs, tangent_values, outputs, rules=None, forward_rules=N
                 outs = _formula_tangent(entry, node, graph, ts)
             if outs is None:
                 outs = _linearised(entry, node, graph, ts, rules)
-        finally:
-            graph.site_override = None
         for i, (v, t) in enumerate(zip(node.outputs, outs)):
             if t is not None and (callable(entry) or _differentiable(entry, i, v)):
                 tan[v] = t if t.dtype == v.dtype else Tracer(graph, t).to(v.dtype).value
