@@ -23,8 +23,10 @@ from gradjit.tracer.creation import (Generator, arange, as_tensor, empty, empty_
                                      full_like, linspace, logspace, manual_seed, ones, ones_like,
                                      rand, rand_like, randint, randn, randn_like, zeros, zeros_like)
 from gradjit.runtime import autograd as _engine
+from gradjit.runtime import cuda as _cuda
 
 Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
+Tensor._cuda = _cuda
 
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",

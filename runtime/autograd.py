@@ -14,6 +14,7 @@ import numpy as np
 
 from gradjit.runtime.engine import run_backward
 from gradjit.tracer.registry import GradjitRuntimeError
+from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor import Tensor
 
 
@@ -68,7 +69,10 @@ def _accumulate(t, g):
     if isinstance(g, Tensor):
         t.grad = g if t.grad is None else t.grad + g
     else:
-        t.grad = Tensor(np.array(g)) if t.grad is None else Tensor(t.grad.data + g)
+        if is_device_array(g):   # a fresh device array from the compiled backward: no copy
+            t.grad = Tensor(g) if t.grad is None else t.grad.detach() + Tensor(g)
+        else:
+            t.grad = Tensor(np.array(g)) if t.grad is None else Tensor(t.grad.data + g)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,

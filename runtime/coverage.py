@@ -49,6 +49,7 @@ class Row:
     kind: str
     cpu: bool
     tested: bool | None
+    cuda: bool = False
 
 
 _ATTR_SAMPLES = {"Scalar": 1.0, "Scalar?": 1.0, "int": 0, "SymInt": 0, "bool": False,
@@ -99,6 +100,33 @@ def cpu_supported(op):
     return _emits(lambda: codegen_cpu._stmt(e, node))
 
 
+def cuda_supported(op):
+    """Whether the CUDA generator (lowering/codegen_cuda.py) renders ``op``; rendering needs
+    no numba-cuda, so this works on any machine."""
+    from gradjit.lowering import codegen_cuda
+    from gradjit.lowering.codegen_cuda_kernels import CUDA_KERNELS
+    kind = op.kind
+    if op.name in DECOMPOSITIONS:
+        return True
+    if kind == "reduction":
+        return op.name in REDUCTIONS
+    if kind == "kernel":
+        return op.name in CUDA_KERNELS
+    if kind == "composite":
+        return False
+    node = _sample_node(op)
+    e = codegen_cuda.CudaEmitter(Graph("coverage"))
+    e.begin()
+    if kind == "elementwise":
+        return _emits(lambda: e.expr(node, ["a", "b", "c"][:len(node.inputs)]))
+    return _emits(lambda: codegen_cuda._stmt(e, node))
+
+
+def cuda_cpu_only():
+    """Registered ops the CPU generator emits and the CUDA generator does not."""
+    return {name for name, op in OPS.items() if cpu_supported(op) and not cuda_supported(op)}
+
+
 def tested_ops(path=None):
     """Keys of ``CASES`` in tests/lowering/test_yaml_entries.py, or None if it is absent."""
     path = path or os.path.join(os.path.dirname(formulas.default_path()), "tests", "lowering",
@@ -124,7 +152,7 @@ def rows(yaml_path=None, tests_path=None):
         name = parse_schema(item["name"]).name
         op = OPS.get(name)
         out.append(Row(name, op.kind if op else "unregistered", bool(op) and cpu_supported(op),
-                       None if tested is None else name in tested))
+                       None if tested is None else name in tested, bool(op) and cuda_supported(op)))
     return out
 
 
@@ -132,15 +160,17 @@ def report(table=None):
     table = rows() if table is None else table
     width = max([len(r.op) for r in table] + [2])
     yn = {True: "yes", False: "NO", None: "?"}
-    lines = [f"{'op':<{width}}  {'kind':<12}  cpu  tested", "-" * (width + 26)]
-    lines += [f"{r.op:<{width}}  {r.kind:<12}  {yn[r.cpu]:<3}  {yn[r.tested]}" for r in table]
+    lines = [f"{'op':<{width}}  {'kind':<12}  cpu  cuda  tested", "-" * (width + 32)]
+    lines += [f"{r.op:<{width}}  {r.kind:<12}  {yn[r.cpu]:<3}  {yn[r.cuda]:<4}  {yn[r.tested]}"
+              for r in table]
     n = len(table)
     cpu = sum(r.cpu for r in table)
     tested = ("?" if any(r.tested is None for r in table) else sum(r.tested for r in table))
     both = sum(bool(r.cpu and r.tested) for r in table)
-    lines.append("-" * (width + 26))
+    cuda = sum(r.cuda for r in table)
+    lines.append("-" * (width + 32))
     lines.append(f"total: {n} derivatives.yaml entries; CPU code generation {cpu}/{n}; "
-                 f"tested {tested}/{n}; both {both}/{n}  (CUDA: no code generator yet)")
+                 f"CUDA code generation {cuda}/{n}; tested {tested}/{n}; both {both}/{n}")
     return "\n".join(lines)
 
 

@@ -28,10 +28,12 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import extract, optimize, prune_inputs
 from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
+from gradjit.runtime.cuda import compile_graph_cuda
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
+from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor import Tensor
 
 _PLANS = {}
@@ -45,7 +47,7 @@ class Plan:
             setattr(self, k, v)
 
 
-def build_plan(hist, seed_types, targets, batched=False):
+def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     """Adjoint + cut + optimise + compile for the history's structure. ``targets`` are
     addresses (see ``tracer.record``); the plan's feeds are addresses too."""
     g = hist.graph()
@@ -80,7 +82,13 @@ def build_plan(hist, seed_types, targets, batched=False):
             spec.append(("const", g.constants[v]))
         else:
             spec.append(address(g, v))
-    if batched:
+    if device == "cuda":
+        if batched or slots:
+            raise NotImplementedError("CUDA backward: hooks on non-leaf tensors, opaque custom "
+                                      "Function backwards and is_grads_batched run on the CPU "
+                                      "only (the CUDA target has no host calls yet)")
+        exe = compile_graph_cuda(bwd)
+    elif batched:
         from gradjit.runtime.batched import compile_batched
         exe = compile_batched(bwd, [i for i, s in enumerate(spec) if s[0] == "seed"])
     else:
@@ -114,6 +122,11 @@ def _callbacks(hist, plan, create_graph):
     return cbs
 
 
+def _seed_array(s):
+    s = getattr(s, "data", s)
+    return s if is_device_array(s) else np.asarray(s)
+
+
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
                  allow_unused=True, batched=False):
     """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
@@ -128,11 +141,12 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     retained = [(a, t) for a, t in hist.retained() if a not in present]
     targets = present + [a for a, _ in retained]
     seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
-    key = (hist.key, tuple(targets), seed_types, batched,
+    device = "cuda" if any(is_device_array(t.data) for t in roots) else "cpu"
+    key = (hist.key, tuple(targets), seed_types, batched, device,
            os.environ.get("GRADJIT_EXECUTOR"))  # a plan is compiled or interpreted
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched)
+        plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched, device)
     else:
         STATS["memory_hits"] += 1
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
@@ -142,7 +156,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
         results = replay(plan.bwd_graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
     else:
-        arrays = [np.asarray(getattr(seeds[a[1]], "data", seeds[a[1]])) if a[0] == "seed"
+        arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed"
                   else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]
         if is_anomaly_enabled():  # node by node, to name the op that made a NaN
             results = checked_run(plan.bwd_graph, arrays, cbs)

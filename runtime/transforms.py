@@ -22,7 +22,9 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, compile_graph
 from gradjit.runtime.function import custom_rule
+from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
+from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer.trace import Tracer, flatten_output, trace, unflatten_output
 
@@ -32,9 +34,12 @@ def _norm_argnums(argnums):
 
 
 class _Transformed:
-    def __init__(self, fn, static_argnums=()):
+    def __init__(self, fn, static_argnums=(), device=None):
         self.fn = fn
         self.static = frozenset(_norm_argnums(static_argnums))
+        self.device = canonical(device)
+        if self.device == "cuda":
+            require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
         self._compiled = {}
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 
@@ -44,8 +49,9 @@ class _Transformed:
             if i in self.static:
                 sig.append(("static", a))
             else:
-                a = np.asarray(a)
-                sig.append((a.shape, a.dtype))
+                if not is_device_array(a):
+                    a = np.asarray(a)
+                sig.append((tuple(a.shape), np.dtype(a.dtype)))
         return tuple(sig)
 
     def __call__(self, *args):
@@ -76,8 +82,17 @@ class _Transformed:
         if entry is None:
             entry = self._compiled[sig] = self._build(args)
         exe, consts, tree = entry
+        if self.device == "cuda":
+            return self._call_cuda(exe, consts, tree, args)
         arrays = tuple(np.asarray(a) for i, a in enumerate(args) if i not in self.static)
         return self._unpack(tree, exe(arrays + consts if consts else arrays))
+
+    def _call_cuda(self, exe, consts, tree, args):
+        arrays = [a for i, a in enumerate(args) if i not in self.static]
+        res = exe(arrays + list(consts))
+        if not any(is_device_array(a) for a in arrays):   # host in, host out
+            res = [to_host(r) for r in res]
+        return self._unpack(tree, res)
 
     def _trace(self, args):
         g, tracers, arg_values = trace([None if i in self.static else a for i, a in enumerate(args)],
@@ -91,6 +106,11 @@ class _Transformed:
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
+        if self.device == "cuda":
+            if batched is not None:
+                raise GradjitError(f"{self.__name__}: batched (Jacobian) transforms run on the CPU "
+                                   f"only; the CUDA target has no batched entry yet")
+            return compile_graph_cuda(optimize(g)), tuple(to_device(c) for c in consts), tree
         return compile_graph(optimize(g), batched=batched), consts, tree
 
     def graphs(self, *args):
@@ -98,6 +118,8 @@ class _Transformed:
         g, call_args, arg_values = self._trace(args)
         self._trace_body(g, call_args, arg_values)
         opt = optimize(g)
+        if self.device == "cuda":
+            return g, opt, compile_graph_cuda(opt).source
         return g, opt, compile_graph(opt, batched=getattr(g, "batched_inputs", None)).source
 
 
@@ -121,8 +143,8 @@ class value_and_grad(_Transformed):
 
     with_value = True
 
-    def __init__(self, fn, argnums=0, static_argnums=()):
-        super().__init__(fn, static_argnums)
+    def __init__(self, fn, argnums=0, static_argnums=(), device=None):
+        super().__init__(fn, static_argnums, device)
         self.argnums = _norm_argnums(argnums)
         self.single = isinstance(argnums, int)
         bad = self.static & set(self.argnums)

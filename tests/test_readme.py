@@ -13,8 +13,8 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
-DEMO = 'pip install -e ".[test]" && python -m gradjit demo'
-TESTS = 'pip install -e ".[test]" && python -m pytest -q'
+DEMO = 'pip install -e ".[test,cuda]" && python -m gradjit demo'
+TESTS = 'pip install -e ".[test,cuda]" && python -m pytest -q'
 
 
 def blocks():

@@ -25,7 +25,9 @@ import numpy as np
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled)
+from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
+from gradjit.tracer.tensor_device import DeviceMethods, device_apply
 
 _seq = itertools.count()
 
@@ -67,10 +69,11 @@ class GradFn:
         self.freed = True
 
 
-class Tensor(ArrayOps):
+class Tensor(DeviceMethods, ArrayOps):
     __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
+    _cuda = None    # set by gradjit.runtime: gradjit.runtime.cuda (device arrays, eager ops)
 
     def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
         self.data = data
@@ -85,7 +88,7 @@ class Tensor(ArrayOps):
             self.requires_grad = True
 
     # -- properties -----------------------------------------------------------------
-    shape = property(lambda self: self.data.shape)
+    shape = property(lambda self: tuple(self.data.shape))
     dtype = property(lambda self: self.data.dtype)
     is_leaf = property(lambda self: self.grad_fn is None)
 
@@ -108,12 +111,17 @@ class Tensor(ArrayOps):
         return self
 
     def numpy(self):
+        if is_device_array(self.data):
+            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() "
+                            "to copy the tensor to host memory first.")
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         return self.data
 
     def __array__(self, dtype=None, copy=None):
+        if is_device_array(self.data):
+            self.numpy()
         return self.data if dtype is None else self.data.astype(dtype)
 
     def detach(self):
@@ -156,10 +164,13 @@ class Tensor(ArrayOps):
     def item(self):
         if self.data.size != 1:
             raise ValueError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
-        return self.data.item()
+        return self._host().item()
 
     def tolist(self):
-        return self.data.tolist()
+        return self._host().tolist()
+
+    def _host(self):
+        return self.data.copy_to_host() if is_device_array(self.data) else self.data
 
     def __bool__(self):
         return bool(self.item())
@@ -171,8 +182,8 @@ class Tensor(ArrayOps):
         return int(self.item())
 
     def __repr__(self):
-        body = np.array2string(self.data, separator=", ", prefix="tensor(")
-        extra = ""
+        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
+        extra = ", device='cuda:0'" if is_device_array(self.data) else ""
         if self.data.dtype != np.float64:
             extra += f", dtype={self.data.dtype.name}"
         if self.grad_fn is not None:
@@ -195,12 +206,16 @@ class Tensor(ArrayOps):
         op = get_op(op_name)
         attrs = bind_attrs(op, attrs)
         ts = [x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in inputs]
-        arrays = [t.data for t in ts]
-        out_types = op.infer(arrays, attrs)
-        with np.errstate(all="ignore"):
-            res = op.impl(*arrays, **attrs)
-        res = res if isinstance(res, tuple) else (res,)
-        outs = [np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)]
+        on_device = device_apply(cls, op, op_name, ts, attrs)
+        if on_device is not None:
+            outs, out_types = on_device
+        else:
+            arrays = [t.data for t in ts]
+            out_types = op.infer(arrays, attrs)
+            with np.errstate(all="ignore"):
+                res = op.impl(*arrays, **attrs)
+            res = res if isinstance(res, tuple) else (res,)
+            outs = [np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)]
         record = is_grad_enabled() and any(t._requires_grad for t in ts)
         if not record:
             return _one([Tensor(o) for o in outs])
@@ -225,7 +240,11 @@ class Tensor(ArrayOps):
         if result.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast "
                                f"shape {list(result.shape)}")
-        np.copyto(self.data, result.data, casting="unsafe")
+        if is_device_array(self.data):
+            src = result.data if result.dtype == self.dtype else result.to(self.dtype).data
+            self.data.copy_to_device(src)
+        else:
+            np.copyto(self.data, result.data, casting="unsafe")
         self._box[0] += 1
         fn = result.grad_fn
         if fn is not None:
@@ -342,11 +361,17 @@ def _one(xs):
     return xs[0] if len(xs) == 1 else tuple(xs)
 
 
-def tensor(data, requires_grad=False, dtype=None):
-    """A new leaf tensor holding a copy of ``data`` (as ``torch.tensor``)."""
+def tensor(data, requires_grad=False, dtype=None, device=None):
+    """A new leaf tensor holding a copy of ``data`` (as ``torch.tensor``), on ``device``."""
     if isinstance(data, Tensor):
-        data = data.data
-    return Tensor(np.array(data, dtype=dtype, copy=True), requires_grad=requires_grad)
+        data = data._host()
+    elif is_device_array(data):
+        data = data.copy_to_host()
+    array = np.array(data, dtype=dtype, copy=True)
+    if canonical(device) == "cuda":
+        Tensor._cuda.require("gj.tensor(..., device='cuda')")
+        array = Tensor._cuda.to_device(array)
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def from_numpy(array):

@@ -128,8 +128,9 @@ def trace(args, name="jit"):
         if a is None:
             tracers.append(None)
             continue
-        a = np.asarray(a)
-        v = g.add_input(a.shape, a.dtype)
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):  # device arrays stay put
+            a = np.asarray(a)
+        v = g.add_input(tuple(a.shape), np.dtype(a.dtype))
         arg_values.append(v)
         tracers.append(Tracer(g, v))
     return g, tracers, arg_values

@@ -1,0 +1,200 @@
+"""One prepared script for a machine with a GPU: CUDA correctness for every op, then W2/W3 timing.
+
+Usage: python bench/gpu_check.py [--json PATH] [--budget S] [--skip-ops] [--tiny]
+
+Contract
+- Part 1 (correctness): every representative op case of the gradcheck tables
+  (``tests/runtime/test_ops_gradcheck.REPS``) and the nn cases
+  (``tests/cuda/nn_cases.py``), in float64 and float32, through
+  ``gj.grad(..., device="cuda")`` against the CPU path: relative error ≤ 1e-10
+  (float64) / 1e-5 (float32). Ops with no CUDA rendering are listed as
+  ``cpu_only`` (they raise a clear error), not as failures.
+- Part 2 (speed): W2 (20-op elementwise chain, 1e7 float64) and W3 (MLP
+  784-512-512-10, batch 256, float32) from ``bench/workloads.py``, inputs
+  already on the device; median per gradient call (synchronised) for gradjit
+  CUDA, gradjit CPU, and when importable torch CUDA and JAX GPU. W2 also
+  reports achieved bandwidth: bytes that must move (read x, write the
+  gradient) over time, and its share of the GPU's peak (H200: 4.8 TB/s).
+- Output: a table on stdout and a JSON file (``$OUT/gpu_check.json`` when
+  ``$OUT`` is set, else ``gpu_check.json``). Exit status 1 if a case failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
+
+import gradjit as gj  # noqa: E402
+import workloads as W  # noqa: E402
+
+PEAK_BW = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}
+
+
+def _median_time(call, sync, budget=2.0, min_reps=5):
+    call()
+    sync()
+    times, t_end = [], time.perf_counter() + budget
+    while len(times) < min_reps or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if len(times) > 2000:
+            break
+    return statistics.median(times), len(times)
+
+
+def check_ops():
+    from gradjit.runtime.coverage import cuda_cpu_only
+    from tests.cuda.nn_cases import NN_CASES
+    from tests.runtime.test_ops_gradcheck import REPS
+    cpu_only, rows = cuda_cpu_only(), []
+
+    def grads(fn, arrays, argnums, device):
+        return [np.asarray(g) for g in gj.grad(fn, argnums=argnums, device=device)(*arrays)]
+
+    items = [(c.id, c) for c in REPS] + [(f"nn:{k}", v) for k, v in sorted(NN_CASES.items())]
+    for dtype in (np.float64, np.float32):
+        tol = 1e-10 if dtype == np.float64 else 1e-5
+        for name, c in items:
+            row = {"case": name, "dtype": np.dtype(dtype).name}
+            try:
+                if name.startswith("nn:"):
+                    fn, arrays, argnums = c(dtype)
+                else:
+                    arrays = [a.astype(dtype) if a.dtype.kind == "f" else a for a in c.arrays()]
+                    Wt = c.weights(arrays)
+                    fn, argnums = (lambda *a, c=c, Wt=Wt: (c.fn(*a) * Wt).sum()), c.diff
+                cpu = grads(fn, arrays, argnums, None)
+            except Exception as exc:   # noqa: BLE001  (the CPU rejects this dtype here)
+                row.update(status="skipped", why=str(exc)[:200])
+                rows.append(row)
+                continue
+            try:
+                gpu = grads(fn, arrays, argnums, "cuda")
+                err = max(float(np.max(np.abs(g - w)) / max(1.0, float(np.max(np.abs(w)))))
+                          if w.size else 0.0 for g, w in zip(gpu, cpu))
+                row.update(status="ok" if err <= tol else "FAILED", rel_err=err)
+            except NotImplementedError as exc:
+                known = any(op in str(exc) for op in cpu_only)
+                row.update(status="cpu_only" if known else "FAILED", why=str(exc)[:200])
+            except Exception as exc:   # noqa: BLE001
+                row.update(status="FAILED", why=f"{type(exc).__name__}: {exc}"[:400])
+            rows.append(row)
+            if row["status"] == "FAILED":
+                print("FAILED", name, row.get("why", row.get("rel_err")), flush=True)
+    return rows
+
+
+def _gj_ns():
+    return SimpleNamespace(sin=np.sin, exp=np.exp, log=np.log, tanh=np.tanh, sqrt=np.sqrt,
+                           sigmoid=lambda u: u.sigmoid(), log_softmax=lambda z: z.log_softmax(1))
+
+
+def time_workloads(budget, tiny=False):
+    from numba import cuda
+    out = []
+    for name in ("W2", "W3"):
+        s = W.SPEC[name]
+        args = W.make_inputs(name, tiny=tiny)
+        f = (lambda *a, s=s: s["f"](_gj_ns(), *a))
+        dev = [cuda.to_device(a) for a in args]
+        g_cuda = gj.grad(f, argnums=s["wrt"], device="cuda")
+        g_cpu = gj.grad(f, argnums=s["wrt"])
+        ref = g_cpu(*args)
+        got = g_cuda(*args)   # host in, host out: the check
+        err = max(float(np.max(np.abs(a - b)) / max(1e-30, float(np.max(np.abs(b)))))
+                  for a, b in zip(got, ref))
+        rows = {"gradjit-cuda": _median_time(lambda: g_cuda(*dev), cuda.synchronize, budget),
+                "gradjit-cpu": _median_time(lambda: g_cpu(*args), lambda: None, budget)}
+        try:
+            import torch
+            if torch.cuda.is_available():
+                m = SimpleNamespace(sin=torch.sin, exp=torch.exp, log=torch.log, tanh=torch.tanh,
+                                    sqrt=torch.sqrt, sigmoid=torch.sigmoid,
+                                    log_softmax=lambda z: torch.log_softmax(z, 1))
+                ts = [torch.tensor(a, device="cuda") for a in args]
+                wrt = [ts[i].requires_grad_() for i in s["wrt"]]
+
+                def torch_call():
+                    for t in wrt:
+                        t.grad = None
+                    s["f"](m, *ts).backward()
+                rows["torch-cuda"] = _median_time(torch_call, torch.cuda.synchronize, budget)
+        except Exception as exc:   # noqa: BLE001
+            print("torch:", exc)
+        try:
+            import jax
+            jax.config.update("jax_enable_x64", True)
+            if any(d.platform == "gpu" for d in jax.devices()):
+                import jax.numpy as jnp
+                m = SimpleNamespace(sin=jnp.sin, exp=jnp.exp, log=jnp.log, tanh=jnp.tanh,
+                                    sqrt=jnp.sqrt, sigmoid=jax.nn.sigmoid,
+                                    log_softmax=lambda z: jax.nn.log_softmax(z, 1))
+                jf = jax.jit(jax.grad(lambda *a: s["f"](m, *a), argnums=s["wrt"]))
+                ja = [jax.device_put(a) for a in args]
+                rows["jax-gpu"] = _median_time(lambda: jax.block_until_ready(jf(*ja)),
+                                               lambda: None, budget)
+        except Exception as exc:   # noqa: BLE001
+            print("jax:", exc)
+        base = rows["gradjit-cuda"][0]
+        for eng, (t, n) in rows.items():
+            row = {"workload": name, "engine": eng, "median_us": t * 1e6, "reps": n,
+                   "ratio_gradjit_cuda_over_this": base / t, "max_rel_err_vs_cpu": err}
+            if name == "W2":
+                moved = 2 * args[0].nbytes   # read x once, write the gradient once
+                row["bandwidth_GBps"] = moved / t / 1e9
+            out.append(row)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "gpu_check.json"))
+    p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per cell")
+    p.add_argument("--skip-ops", action="store_true")
+    p.add_argument("--tiny", action="store_true", help="tiny workloads (a simulator smoke run)")
+    a = p.parse_args(argv)
+    from numba import cuda
+
+    from gradjit.runtime.cuda import require
+    require("bench/gpu_check.py")
+    dev = cuda.get_current_device()
+    name = getattr(dev, "name", "simulator")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    peak = next((v for k, v in PEAK_BW.items() if k in name), None)
+    result = {"device": name, "peak_bandwidth_Bps": peak}
+    t0 = time.perf_counter()
+    result["ops"] = [] if a.skip_ops else check_ops()
+    result["ops_seconds"] = time.perf_counter() - t0
+    result["timing"] = time_workloads(a.budget, a.tiny)
+    for r in result["timing"]:
+        if "bandwidth_GBps" in r and peak:
+            r["bandwidth_share_of_peak"] = r["bandwidth_GBps"] * 1e9 / peak
+    counts = {}
+    for r in result["ops"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    result["op_status_counts"] = counts
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    print(f"device: {name}; op cases: {counts}")
+    print("| workload | engine | median µs | reps | gradjit-cuda / this | GB/s |")
+    print("|---|---|---|---|---|---|")
+    for r in result["timing"]:
+        print(f"| {r['workload']} | {r['engine']} | {r['median_us']:.1f} | {r['reps']} | "
+              f"{r['ratio_gradjit_cuda_over_this']:.2f} | {r.get('bandwidth_GBps', float('nan')):.0f} |")
+    return 1 if counts.get("FAILED") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Device-side helpers that generated CUDA modules import as ``cm``.
+
+Contract
+- Imported only when a CUDA module is built or loaded (it imports
+  ``numba.cuda``, which needs the optional ``numba-cuda`` package).
+- Scalar helpers are ``cuda.jit(device=True, inline="always")`` so they
+  inline into the kernel that calls them (``cuda.compile_ptx`` of a kernel
+  needs no GPU then). ``floor`` / ``ceil`` / ``trunc`` / ``rint`` / ``fmod`` /
+  ``logaddexp``: NumPy's scalar ufuncs are not available on CUDA, so the
+  emitter rewrites ``np.floor(`` ... to ``cm.floor(`` ...; on a real device
+  they are libdevice calls, under the simulator (whose libdevice is a stub)
+  NumPy's.
+- The special functions of ``lowering/special_cpu.py`` (erfinv, digamma,
+  polygamma, remainder, logaddexp, logaddexp2, xlogy, clamp, logit) are the
+  same Python source compiled as device functions: each CPU function's code
+  object is rebound to globals where the other special functions are device
+  functions too, so there is one definition of the math.
+- Generic kernels that every module shares: ``mm_f32`` / ``mm_f64`` (tiled
+  shared-memory matmul of two 2-D arrays of any strides) and ``bmm_*`` (the
+  same with the batch on grid z). ``TILE`` fixes their block shape.
+"""
+from __future__ import annotations
+
+import math
+import os
+import types
+
+import numba
+import numpy as np
+from numba import cuda
+
+from gradjit.lowering import special_cpu
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+TILE = 16
+_dev = cuda.jit(device=True, inline="always")
+
+if SIMULATED:
+    floor, ceil, trunc, rint, fmod = np.floor, np.ceil, np.trunc, np.rint, np.fmod
+else:  # pragma: no cover - needs NVVM; exercised by the PTX tests
+    from numba.cuda import libdevice as _ld
+
+    @_dev
+    def floor(x):
+        return _ld.floor(x)
+
+    @_dev
+    def ceil(x):
+        return _ld.ceil(x)
+
+    @_dev
+    def trunc(x):
+        return _ld.trunc(x)
+
+    @_dev
+    def rint(x):
+        return _ld.rint(x)
+
+    @_dev
+    def fmod(x, y):
+        return _ld.fmod(x, y)
+
+
+@_dev
+def logaddexp(a, b):
+    if a == b:   # also both infinite: avoids inf - inf
+        return a + math.log(2.0)
+    m = a if a > b else b
+    return m + math.log1p(math.exp(-abs(a - b)))
+
+
+def _device_specials():
+    """Device twins of special_cpu's jitted functions (same code objects)."""
+    names = [n for n, f in vars(special_cpu).items() if hasattr(f, "py_func")]
+    env = dict(vars(special_cpu))
+    # NumPy scalar ufuncs they call have no CUDA lowering: the helpers above stand in.
+    shim = types.ModuleType("gradjit_cuda_np")   # Numba types module attributes, not namespaces
+    for k, v in dict(fmod=fmod, floor=floor, ceil=ceil, trunc=trunc, rint=rint, inf=np.inf,
+                     nan=np.nan, float64=np.float64, float32=np.float32).items():
+        setattr(shim, k, v)
+    env["np"] = shim
+    out = {}
+    for n in names:
+        py = getattr(special_cpu, n).py_func
+        fn = types.FunctionType(py.__code__, env, n, py.__defaults__, py.__closure__)
+        out[n] = _dev(fn)
+    env.update(out)   # calls between special functions resolve to the device twins
+    return out
+
+
+globals().update({k: v for k, v in _device_specials().items() if k != "logaddexp"})
+
+
+def _make_mm(nbt):
+    def mm(A, B, C):
+        sa = cuda.shared.array((TILE, TILE), nbt)
+        sb = cuda.shared.array((TILE, TILE), nbt)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row = cuda.blockIdx.y * TILE + ty
+        col = cuda.blockIdx.x * TILE + tx
+        m, k, n = A.shape[0], A.shape[1], B.shape[1]
+        acc = nbt(0)
+        for t in range((k + TILE - 1) // TILE):
+            ka = t * TILE + tx
+            kb = t * TILE + ty
+            sa[ty, tx] = A[row, ka] if (row < m and ka < k) else nbt(0)
+            sb[ty, tx] = B[kb, col] if (kb < k and col < n) else nbt(0)
+            cuda.syncthreads()
+            for j in range(TILE):
+                acc += sa[ty, j] * sb[j, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            C[row, col] = acc
+
+    def bmm(A, B, C):
+        sa = cuda.shared.array((TILE, TILE), nbt)
+        sb = cuda.shared.array((TILE, TILE), nbt)
+        tx, ty, b = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
+        row = cuda.blockIdx.y * TILE + ty
+        col = cuda.blockIdx.x * TILE + tx
+        m, k, n = A.shape[1], A.shape[2], B.shape[2]
+        acc = nbt(0)
+        for t in range((k + TILE - 1) // TILE):
+            ka = t * TILE + tx
+            kb = t * TILE + ty
+            sa[ty, tx] = A[b, row, ka] if (row < m and ka < k) else nbt(0)
+            sb[ty, tx] = B[b, kb, col] if (kb < k and col < n) else nbt(0)
+            cuda.syncthreads()
+            for j in range(TILE):
+                acc += sa[ty, j] * sb[j, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            C[b, row, col] = acc
+
+    return cuda.jit(mm), cuda.jit(bmm)
+
+
+mm_f32, bmm_f32 = _make_mm(numba.float32)
+mm_f64, bmm_f64 = _make_mm(numba.float64)
+
+
+def mm(a, b, out):
+    """Launch the tiled matmul ``out = a @ b`` (2-D, float32 or float64)."""
+    m, n = out.shape
+    if out.size == 0:
+        return out
+    kern = mm_f32 if out.dtype == np.float32 else mm_f64
+    kern[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE)](a, b, out)
+    return out
+
+
+def bmm(a, b, out):
+    nb, m, n = out.shape
+    if out.size == 0:
+        return out
+    kern = bmm_f32 if out.dtype == np.float32 else bmm_f64
+    kern[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb), (TILE, TILE, 1)](a, b, out)
+    return out

@@ -1,0 +1,153 @@
+"""The CUDA target at run time: availability, device arrays, compiled graphs.
+
+Contract
+- ``require(what)`` raises ``GradjitError`` saying what is missing (the
+  ``numba-cuda`` package: ``pip install 'gradjit[cuda]'``; or a GPU, with the
+  hint that ``NUMBA_ENABLE_CUDASIM=1`` set before Numba is imported runs the
+  simulator). Nothing CUDA is imported until a CUDA request is made, so the
+  CPU path never depends on it.
+- ``compile_graph_cuda(graph) -> CudaExecutable``: the graph rendered by
+  ``lowering/codegen_cuda.py``, written to ``<cache dir>/gjc_<content
+  hash>.py`` once and imported under the same rules as CPU modules
+  (``runtime/compiler.py``: ``sys.modules`` before exec, file lock). Kernels
+  are ``cuda.jit(cache=True)`` and compile on first launch; ``STATS
+  ["cuda_loads"]`` counts modules imported in this process.
+- ``CudaExecutable(arrays)`` takes host or device arrays (host ones are
+  copied once per call), keeps ``consts`` on the device, and returns device
+  arrays; 0-d values travel as 1-element arrays inside and are reshaped to
+  ``()`` at the boundary.
+- ``run_op(op, arrays, attrs)``: one op on device arrays (eager tensors on
+  CUDA), through the same pipeline as a one-node graph, cached per op,
+  attributes and input types.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from gradjit.runtime.compiler import STATS, _import, _write_once, cache_dir, file_lock
+from gradjit.tracer.device import is_device_array
+from gradjit.tracer.registry import GradjitError
+
+STATS.setdefault("cuda_loads", 0)
+_REASON = None
+
+
+def available():
+    """(True, '') when CUDA requests can run here (a GPU, or the simulator), else
+    (False, why)."""
+    global _REASON
+    if _REASON is None:
+        try:
+            import numba_cuda  # noqa: F401  (NVIDIA's maintained target, not numba's own)
+            from numba import cuda
+        except ImportError:
+            _REASON = ("the CUDA target needs the 'numba-cuda' package, which is not installed "
+                       "(pip install 'gradjit[cuda]')")
+        else:
+            if not cuda.is_available():
+                _REASON = ("numba-cuda found no usable CUDA GPU or driver (numba.cuda.is_available() "
+                           "is False); to run CUDA code without a GPU set NUMBA_ENABLE_CUDASIM=1 "
+                           "before numba is imported (the simulator)")
+            else:
+                _REASON = ""
+    return _REASON == "", _REASON
+
+
+def require(what):
+    ok, why = available()
+    if not ok:
+        raise GradjitError(f"{what}: device 'cuda' requested, but {why}")
+
+
+def to_device(a):
+    from numba import cuda
+    if is_device_array(a):
+        return a
+    a = np.ascontiguousarray(a)
+    return cuda.to_device(a)
+
+
+def to_host(a):
+    return a.copy_to_host() if is_device_array(a) else np.asarray(a)
+
+
+def load_module(source):
+    h = hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = f"gradjit_cuda_{h}"
+    import sys
+    if name not in sys.modules:
+        d = cache_dir()
+        path = os.path.join(d, f"gjc_{h}.py")
+        with file_lock(os.path.join(d, ".lock")):
+            _write_once(path, source)
+            _import(path, name)
+        STATS["cuda_loads"] += 1
+    return sys.modules[name]
+
+
+class CudaExecutable:
+    """A graph compiled for CUDA. Call with one array per graph input."""
+
+    device = "cuda"
+
+    def __init__(self, graph):
+        from gradjit.lowering.codegen_cuda import generate_cuda
+        gen = generate_cuda(graph)
+        self.graph, self.source = graph, gen.source
+        self.fn = load_module(gen.source).entry
+        self.consts = to_device(gen.consts)
+        self.in_types = [(v.shape, v.dtype) for v in graph.inputs]
+        self.zero_d = [v.ndim == 0 for v in graph.outputs]
+
+    def _arg(self, a, shape, dtype):
+        if is_device_array(a):
+            if a.dtype != dtype:
+                raise GradjitError(f"CUDA graph {self.graph.name!r}: a device array of dtype "
+                                   f"{a.dtype} where {np.dtype(dtype).name} was compiled for")
+            return a.reshape((1,)) if a.ndim == 0 else a
+        a = np.asarray(a, dtype=dtype)
+        return to_device(a.reshape((1,)) if a.ndim == 0 else a)
+
+    def __call__(self, arrays, callbacks=None):
+        args = [self._arg(a, s, d) for a, (s, d) in zip(arrays, self.in_types)]
+        res = self.fn(*args, self.consts)
+        return [r.reshape(()) if z else r for r, z in zip(res, self.zero_d)]
+
+
+def compile_graph_cuda(graph):
+    require(f"compiling graph {graph.name!r}")
+    return CudaExecutable(graph)
+
+
+_OPS = {}
+
+
+def run_op(op_name, arrays, attrs):
+    """Eager CUDA execution of one op: a one-node graph, compiled once per signature."""
+    from gradjit.lowering.passes import optimize
+    from gradjit.tracer.dispatch import apply
+    from gradjit.tracer.trace import trace
+    key = (op_name, repr(sorted(attrs.items())),
+           tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in arrays))
+    exe = _OPS.get(key)
+    if exe is None:
+        g, tracers, _ = trace([_Spec(a) for a in arrays], name=op_name)
+        out = apply(op_name, tracers, dict(attrs))
+        outs = out if isinstance(out, tuple) else (out,)
+        g.outputs = [t.value for t in outs]
+        opt = optimize(g)
+        consts = [to_device(np.asarray(opt.constants[v])) for v in opt.inputs[len(arrays):]]
+        exe = _OPS[key] = (compile_graph_cuda(opt), consts)
+    exe, consts = exe
+    return exe(list(arrays) + consts)
+
+
+class _Spec:
+    """Shape and dtype of a device array, for tracing (no data crosses to the host)."""
+
+    def __init__(self, a):
+        self.shape, self.dtype = tuple(a.shape), np.dtype(a.dtype)
+        self.ndim = len(self.shape)

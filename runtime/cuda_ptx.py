@@ -1,0 +1,89 @@
+"""Compile every kernel of a generated CUDA module to PTX, without a GPU.
+
+Contract
+- ``ptx_check(graph, cc=(9, 0)) -> [(kernel name, argument types, PTX chars)]``
+  renders the graph (``lowering/codegen_cuda.py``), then runs its host
+  ``entry`` against stand-ins: ``cuda.device_array`` returns shape-only
+  arrays and every launch (module kernels and the shared ``cm.mm`` /
+  ``cm.bmm``) records its argument types instead of running. Each recorded
+  kernel is then compiled with ``numba.cuda.compile_ptx`` (NVVM from the CUDA
+  toolkit), so code the simulator accepts but a real GPU compiler rejects
+  fails here. Needs ``numba-cuda`` and NVVM, not a driver; not under the
+  simulator.
+- Raises whatever NVVM / Numba raise, with the kernel's name prepended.
+"""
+from __future__ import annotations
+
+import types
+
+import numba
+import numpy as np
+
+
+class _Arr:
+    """Shape, dtype and layout of a device array; enough for the host launcher."""
+
+    def __init__(self, shape, dtype, layout="C"):
+        self.shape, self.dtype, self.layout = tuple(shape), np.dtype(dtype), layout
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape)) if self.shape else 1
+
+    def reshape(self, shape):
+        return _Arr(shape if isinstance(shape, tuple) else (shape,), self.dtype)
+
+    @property
+    def T(self):
+        return _Arr(self.shape[::-1], self.dtype, "A")
+
+    def copy_to_device(self, other):
+        pass
+
+    def nbtype(self):
+        return numba.types.Array(numba.from_dtype(self.dtype), self.ndim, self.layout)
+
+
+class _Launch:
+    def __init__(self, name, kernel, log):
+        self.name, self.kernel, self.log = name, kernel, log
+
+    def __getitem__(self, config):
+        def record(*args):
+            self.log.append((self.name, self.kernel, tuple(a.nbtype() for a in args)))
+        return record
+
+
+def ptx_check(graph, cc=(9, 0)):
+    from numba import cuda
+
+    from gradjit.lowering import cuda_device
+    from gradjit.lowering.codegen_cuda import generate_cuda
+    from gradjit.runtime.cuda import load_module
+    gen = generate_cuda(graph)
+    mod = load_module(gen.source)
+    log = []
+    fake_cuda = types.SimpleNamespace(device_array=lambda shape, dtype: _Arr(
+        shape if isinstance(shape, tuple) else (shape,), dtype))
+
+    def shared(kind):
+        def launch(a, b, out):
+            k = getattr(cuda_device, f"{kind}_{'f32' if out.dtype == np.float32 else 'f64'}")
+            log.append((f"cm.{kind}", k, (a.nbtype(), b.nbtype(), out.nbtype())))
+        return launch
+
+    env = dict(vars(mod))
+    env["cuda"] = fake_cuda
+    env["cm"] = types.SimpleNamespace(mm=shared("mm"), bmm=shared("bmm"))
+    for k, v in vars(mod).items():
+        if hasattr(v, "py_func") and k != "entry":
+            env[k] = _Launch(k, v, log)
+    entry = types.FunctionType(mod.entry.__code__, env, "entry")
+    entry(*[_Arr(v.shape if v.ndim else (1,), v.dtype) for v in graph.inputs],
+          _Arr((len(gen.consts),), np.float64))
+    results = []
+    for name, kernel, argtypes in log:
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=cc)
+        except Exception as exc:
+            raise type(exc)(f"PTX compilation of kernel {name} {argtypes} failed: {exc}") from exc
+        results.append((name, argtypes, len(ptx)))
+    return results

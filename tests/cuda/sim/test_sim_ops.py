@@ -1,0 +1,119 @@
+"""CUDA gradients equal CPU gradients, under Numba's CUDA simulator.
+
+Runs only when ``NUMBA_ENABLE_CUDASIM=1`` was set before Numba was imported:
+``tests/cuda/test_cuda_sim.py`` starts this module in such a subprocess (the
+main test process has Numba's real CUDA target loaded). Every representative
+op case of the gradcheck tables (one or more per op, every family) runs
+through ``gj.grad(..., device="cuda")`` and through the CPU; results agree to
+1e-10 (float64) / 1e-5 (float32) relative. Ops with no CUDA kernel must fail
+with an error naming the op and the CUDA generator; ``CPU_ONLY`` lists them.
+Inputs are small (the simulator runs each GPU thread in Python).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
+                                reason="runs in the simulator subprocess of test_cuda_sim.py")
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    import gradjit as gj
+    from gradjit.runtime.coverage import cuda_cpu_only
+    CPU_ONLY = cuda_cpu_only()
+    from tests.runtime.test_ops_gradcheck import REPS
+else:  # collected but skipped in the main process
+    REPS, CPU_ONLY = [], set()
+
+
+def _grads(case, arrays, W, device):
+    f = gj.grad(lambda *a: (case.fn(*a) * W).sum(), argnums=case.diff, device=device)
+    return [np.asarray(g) for g in f(*arrays)]
+
+
+@pytest.mark.parametrize("case", REPS, ids=[c.id for c in REPS])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_matches_cpu(case, dtype):
+    arrays = case.arrays(dtype=dtype)
+    arrays = [a if i in case.diff else case.arrays()[i] for i, a in enumerate(arrays)]
+    try:
+        W = case.weights(arrays).astype(dtype)
+        cpu = _grads(case, arrays, W, None)
+    except Exception as exc:   # float32 not accepted by this op on the CPU either
+        pytest.skip(f"CPU path rejects this case: {exc}")
+    try:
+        gpu = _grads(case, arrays, W, "cuda")
+    except NotImplementedError as exc:
+        assert "CUDA" in str(exc)
+        assert any(op in str(exc) for op in CPU_ONLY), f"unlisted CPU-only op: {exc}"
+        return
+    rtol, atol = (1e-10, 1e-12) if dtype == np.float64 else (1e-5, 1e-6)
+    for k, (g, c) in enumerate(zip(gpu, cpu)):
+        assert g.dtype == c.dtype and g.shape == c.shape
+        np.testing.assert_allclose(g, c, rtol=rtol, atol=atol * max(1.0, np.abs(c).max(initial=0)),
+                                   err_msg=f"gradient {k}")
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    from tests.cuda.nn_cases import NN_CASES
+else:
+    NN_CASES = {}
+
+
+@pytest.mark.parametrize("name", sorted(NN_CASES))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nn_cuda_matches_cpu(name, dtype):
+    fn, arrays, argnums = NN_CASES[name](dtype)
+    cpu = gj.value_and_grad(fn, argnums=argnums)(*arrays)
+    gpu = gj.value_and_grad(fn, argnums=argnums, device="cuda")(*arrays)
+    rtol = 1e-10 if dtype == np.float64 else 1e-5
+    for c, g in zip([cpu[0], *cpu[1]], [gpu[0], *gpu[1]]):
+        assert isinstance(g, np.ndarray) and g.dtype == c.dtype
+        np.testing.assert_allclose(g, c, rtol=rtol, atol=rtol * max(1.0, np.abs(c).max()))
+
+
+def test_tensor_mode_on_cuda():
+    """Tensors on the device: eager forward on the GPU, compiled backward, grads on device."""
+    rng = np.random.default_rng(0)
+    xn, wn = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+    x = gj.tensor(xn, device="cuda", requires_grad=True)
+    w = gj.tensor(wn, device="cuda", requires_grad=True)
+    assert x.device == "cuda" and str(x.device) == "cuda:0" and x.is_cuda
+    loss = (np.tanh(x @ w) ** 2).sum()
+    assert loss.device == "cuda" and "device='cuda:0'" in repr(loss)
+    loss.backward()
+    assert x.grad.device == "cuda" and w.grad.device == "cuda"
+    xc, wc = gj.tensor(xn, requires_grad=True), gj.tensor(wn, requires_grad=True)
+    (np.tanh(xc @ wc) ** 2).sum().backward()
+    np.testing.assert_allclose(x.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(w.grad.cpu().numpy(), wc.grad.numpy(), rtol=1e-12)
+    (np.tanh(x @ w) ** 2).sum().backward()        # accumulates on the device
+    np.testing.assert_allclose(x.grad.cpu().numpy(), 2 * xc.grad.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="same device"):
+        x + gj.tensor(np.ones((4, 3)))
+    assert (x * 2.0).device == "cuda" and (x + gj.tensor(1.0)).device == "cuda"  # 0-d CPU moves
+    with pytest.raises(TypeError, match="cpu"):
+        x.detach().numpy()
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        x.cpu()
+    y = x.detach().cpu()
+    assert y.device == "cpu" and np.array_equal(y.numpy(), xn)
+    assert x.detach().to("cuda").device == "cuda"
+    assert abs(x.sum().item() - xn.sum()) < 1e-12
+
+
+def test_device_arrays_in_and_out():
+    """Device arrays given to a cuda transform come back as device arrays (no host trip)."""
+    from numba import cuda
+    x = np.linspace(-1, 1, 12).reshape(3, 4)
+    f = gj.grad(lambda x: (np.sin(x) * x).sum(), device="cuda")
+    g = f(cuda.to_device(x))
+    assert not isinstance(g, np.ndarray) and hasattr(g, "copy_to_host")
+    np.testing.assert_allclose(g.copy_to_host(), np.sin(x) + x * np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(f(x), np.sin(x) + x * np.cos(x), rtol=1e-12)
+    jf = gj.jit(lambda x: (x.sum(axis=0), x.max()), device="cuda")
+    s, m = jf(x)
+    np.testing.assert_allclose(s, x.sum(axis=0))
+    assert m.shape == () and m == x.max()

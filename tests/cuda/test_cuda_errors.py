@@ -1,0 +1,52 @@
+"""CUDA requests where CUDA cannot run fail clearly; CPU code never needs CUDA."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime import cuda as gcuda
+
+pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
+                                reason="the simulator makes CUDA available")
+
+
+def _unavailable(monkeypatch, why):
+    monkeypatch.setattr(gcuda, "_REASON", why)
+
+
+def test_missing_package_is_named(monkeypatch):
+    _unavailable(monkeypatch, "the CUDA target needs the 'numba-cuda' package, which is not "
+                              "installed (pip install 'gradjit[cuda]')")
+    with pytest.raises(gj.GradjitError, match=r"numba-cuda.*gradjit\[cuda\]"):
+        gj.grad(lambda x: (x * x).sum(), device="cuda")
+    with pytest.raises(gj.GradjitError, match="device 'cuda' requested"):
+        gj.tensor(np.ones(3), device="cuda")
+    with pytest.raises(gj.GradjitError, match="numba-cuda"):
+        gj.tensor(np.ones(3)).to("cuda")
+
+
+def test_no_gpu_is_explained():
+    ok, why = gcuda.available()
+    if ok:
+        pytest.skip("a CUDA device is available here")
+    with pytest.raises(gj.GradjitError) as info:
+        gj.jit(lambda x: x + 1, device="cuda")
+    msg = str(info.value)
+    assert "device 'cuda' requested" in msg and ("numba-cuda" in msg or "NUMBA_ENABLE_CUDASIM" in msg)
+
+
+def test_bad_device_names():
+    with pytest.raises(ValueError, match="cpu, cuda"):
+        gj.tensor(np.ones(2), device="tpu")
+    with pytest.raises(ValueError, match="cuda:1"):
+        gj.grad(lambda x: x.sum(), device="cuda:1")
+
+
+def test_cpu_tensors_report_cpu():
+    t = gj.tensor(np.ones(2))
+    assert t.device == "cpu" and t.device != "cuda"
+    assert str(t.device) == "cpu" and not t.is_cuda
+    assert t.cpu() is t and t.to("cpu") is t and t.to(np.float32).dtype == np.float32
