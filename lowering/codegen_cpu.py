@@ -12,19 +12,25 @@ Contract
   A few exponents (2, 1, 0.5, -1) are specialised in source because they
   change the instruction, not just a number.
 - Every emitted line carries a comment with the IR node it comes from.
+- Transcendentals (exp, log, tanh, sin, ...) call the vectorisable
+  ``fm.<name>`` of ``lowering/fastmath_cpu.py`` (<= 2 ulp) instead of scalar
+  libm, so fused loops vectorise; ``GRADJIT_FAST_MATH=0`` (read per
+  ``generate`` call) keeps ``math.<name>``, and emitters with ``fast_math``
+  false (CUDA) always do.
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
-from gradjit.lowering.codegen_cpu_math import math_expr
-from gradjit.lowering.schedule import Loop, reduced_dims, schedule
+from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
+from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
@@ -58,6 +64,7 @@ class _Emitter:
         self.prologue = []
         self.parallel = False
         self.imports = set()  # extra import lines (e.g. the special-function module)
+        self.fast_math = True  # fm.<name> (vectorisable) instead of math.<name> where faster
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -104,7 +111,9 @@ def _expr(node, a, e):
              "tanh": "math.tanh", "sqrt": "math.sqrt"}
     base = op.split(".")[0]
     if op.endswith(".default") and base in unary:
-        return f"{unary[base]}({a[0]})"
+        return f"{fast_fn(e, base, node) or unary[base]}({a[0]})"
+    if op == "sigmoid.default":
+        return f"{one} / ({one} + {fast_fn(e, 'exp', node) or 'math.exp'}(-{a[0]}))"
     if op in ("add.Tensor", "sub.Tensor"):
         sign = "+" if base == "add" else "-"
         return f"{a[0]} {sign} {a[1]}" if at["alpha"] == 1 else f"{a[0]} {sign} {c('alpha')} * {a[1]}"
@@ -125,7 +134,6 @@ def _expr(node, a, e):
         "mul.Tensor": "{0} * {1}", "div.Tensor": "{0} / {1}", "pow.Tensor_Tensor": "{0} ** {1}",
         "neg.default": "-{0}", "abs.default": "abs({0})", "expand.default": "{0}",
         "reciprocal.default": one + " / {0}",
-        "sigmoid.default": f"{one} / ({one} + math.exp(-{{0}}))",
         "relu.default": f"{zero} if {{0}} <= 0 else {{0}}",
         "sign.default": f"({one} if {{0}} > 0 else (-{one} if {{0}} < 0 else {{0}} * {zero}))",
         "zeros_like.default": zero, "ones_like.default": one,
@@ -158,15 +166,20 @@ def _acc_init(node):
     return "0.0" if dt.kind == "f" else "0"
 
 
-def _acc_update(node, tgt, x):
-    """The accumulation statement of a reduction (NaN propagates through max/min)."""
-    if node.op == "amax.default":
+def acc_update(op, tgt, x):
+    """The accumulation statement of reduction ``op`` (NaN propagates through max/min);
+    shared with the CUDA generator."""
+    if op == "amax.default":
         return f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}"
-    if node.op == "amin.default":
+    if op == "amin.default":
         return f"{tgt} = {x} if ({x} < {tgt} or {x} != {x}) else {tgt}"
-    if node.op in ("prod.default", "prod.dim_int"):
+    if op in ("prod.default", "prod.dim_int"):
         return f"{tgt} *= {x}"
     return f"{tgt} += {x}"
+
+
+def _acc_update(node, tgt, x):
+    return acc_update(node.op, tgt, x)
 
 
 def _loop(e, loop, inline):
@@ -261,14 +274,7 @@ def _stmt(e, node):
         e.emit(1, f"for b in range({out.shape[0]}):")
         e.emit(2, f"v{out.id}[b] = np.dot({a[0]}[b], {a[1]}[b])")
     elif op in ("permute.default", "transpose.int", "t.default"):
-        perm = list(range(ins[0].ndim))
-        if op == "permute.default":
-            perm = list(node.attrs["dims"])
-        elif op == "transpose.int":
-            d0, d1 = node.attrs["dim0"], node.attrs["dim1"]
-            perm[d0], perm[d1] = perm[d1], perm[d0]
-        else:
-            perm = [1, 0]
+        perm = permutation(node)
         if ins[0].ndim == 2:
             e.emit(1, f"v{out.id} = {a[0]}.T", node)
             layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
@@ -288,8 +294,30 @@ _VIEW_OPS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.defaul
              "permute.default", "transpose.int", "t.default", "slice.Tensor"}
 
 
+_STAMPS = {}
+
+
+def helper_stamps(import_lines):
+    """``# module sha`` comment lines for the gradjit helper modules a generated module
+    imports. Their code is inlined into the compiled function, so an edit must change the
+    generated source (its content hash names the file and Numba's cache entry)."""
+    import hashlib
+    import importlib.util
+    out = []
+    for line in sorted(import_lines):
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "from" and parts[1] == "gradjit.lowering":
+            mod = f"gradjit.lowering.{parts[3]}"
+            if mod not in _STAMPS:
+                with open(importlib.util.find_spec(mod).origin, "rb") as f:
+                    _STAMPS[mod] = hashlib.sha256(f.read()).hexdigest()[:16]
+            out.append(f"# {mod} {_STAMPS[mod]}")
+    return out
+
+
 def generate(graph, name="entry"):
     e = _Emitter(graph)
+    e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph)
     for step in steps:
         if isinstance(step, Loop):
@@ -312,6 +340,7 @@ def generate(graph, name="entry"):
         "import numpy as np",
         "from numba import prange",
         *sorted(e.imports),
+        *helper_stamps(e.imports),
         "",
         "",
         f'@numba.njit(cache=True, error_model="numpy"{", parallel=True" if e.parallel else ""})',

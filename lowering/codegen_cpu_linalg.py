@@ -12,6 +12,8 @@ Contract
   right-sided form solves the transposed system.
 - 0-d results (``det`` / ``slogdet`` of one matrix) are scalars cast to the
   output dtype, as everywhere in the generated code.
+- An op whose results are all empty (a size-0 batch, matrix or right-hand side)
+  emits empty arrays and no LAPACK call (Numba's wrappers reject empty operands).
 """
 from __future__ import annotations
 
@@ -39,10 +41,11 @@ def _call(node, args):
               "linalg_solve.default": "np.linalg.solve({0}, {1})",
               "linalg_cholesky.default": "np.linalg.cholesky({0})",
               "linalg_qr.default": "np.linalg.qr({0})", "linalg_eigh.default": "np.linalg.eigh({0})",
-              "linalg_svd.default": "np.linalg.svd({0}, full_matrices=False)",
               "linalg_pinv.default": "np.linalg.pinv({0})"}
     if op in simple:
         return simple[op].format(*args)
+    if op == "linalg_svd.default":
+        return f"np.linalg.svd({a}, full_matrices={bool(at['full_matrices'])})"
     # linalg_solve_triangular
     tri = _tri(a, node.inputs[0].shape[-1], at, node.inputs[0].dtype)
     if at["left"]:
@@ -55,6 +58,10 @@ def _linalg(e, node):
     ins, outs = node.inputs, node.outputs
     batch = tuple(ins[0].shape[:-2])
     names = [f"v{o.id}" for o in outs]
+    if all(0 in o.shape for o in outs):   # nothing to compute; Numba's LAPACK rejects empties
+        for n, o in zip(names, outs):
+            e.emit(1, f"{n} = np.empty({tuple(o.shape)}, {_np_dtype(o.dtype)})", node)
+        return
     if not batch:
         args = [f"np.ascontiguousarray(v{v.id})" for v in ins]
         lhs = ", ".join(f"{n}_r" if o.ndim == 0 else n for n, o in zip(names, outs))

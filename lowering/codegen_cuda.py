@@ -37,8 +37,9 @@ import re
 
 import numpy as np
 
-from gradjit.lowering.codegen_cpu import Generated, _describe, _expr, _index, _lit, _np_dtype
-from gradjit.lowering.schedule import Loop, reduced_dims, schedule
+from gradjit.lowering.codegen_cpu import (Generated, _describe, _expr, _index, _lit, _np_dtype,
+                                          acc_update, helper_stamps)
+from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
 MAX_BLOCKS = 1024
 # NumPy scalar calls with no CUDA lowering -> device helpers (lowering/cuda_device.py).
@@ -77,15 +78,7 @@ def _acc_init(op, dt):
     return _lit(0, dt)
 
 
-def _combine(op, tgt, x):
-    """Statement folding ``x`` into ``tgt`` (NaN propagates through max/min, as the CPU)."""
-    if op == "amax.default":
-        return f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}"
-    if op == "amin.default":
-        return f"{tgt} = {x} if ({x} < {tgt} or {x} != {x}) else {tgt}"
-    if op in ("prod.default", "prod.dim_int"):
-        return f"{tgt} = {tgt} * {x}"
-    return f"{tgt} = {tgt} + {x}"
+_combine = acc_update   # the CPU's accumulation statements, NaN-propagating max/min
 
 
 class CudaEmitter:
@@ -336,14 +329,7 @@ def _stmt(e, node):
         e.hemit(f"cm.{op.split('.')[0]}(v{ins[0].id}, v{ins[1].id}, v{out.id})", node)
         e.layout[out] = "C"
     elif op in ("permute.default", "transpose.int", "t.default"):
-        perm = list(range(ins[0].ndim))
-        if op == "permute.default":
-            perm = list(node.attrs["dims"])
-        elif op == "transpose.int":
-            d0, d1 = node.attrs["dim0"], node.attrs["dim1"]
-            perm[d0], perm[d1] = perm[d1], perm[d0]
-        else:
-            perm = perm[::-1]
+        perm = permutation(node)
         if out.ndim <= 1 or perm == list(range(out.ndim)):
             e.hemit(f"v{out.id} = v{ins[0].id}", node)
             e.layout[out] = e.layout.get(ins[0], "C")
@@ -386,10 +372,14 @@ def generate_cuda(graph, name="entry"):
             src = f"o{v.id}"
         rets.append(src)
     args = ", ".join([f"v{v.id}" for v in graph.inputs] + ["consts"])
+    imports = ["from gradjit.lowering import cuda_device as cm"]
+    if "cl" in e.imports:
+        imports.append("from gradjit.lowering import cuda_linalg as cl")
     header = [f'"""gradjit generated CUDA module: {len(graph.nodes)} IR nodes, graph '
               f'{graph.name!r}."""',
               "import math", "", "import numba", "import numpy as np", "from numba import cuda", "",
-              "from gradjit.lowering import cuda_device as cm", "", ""]
+              *imports, *helper_stamps(imports + ["from gradjit.lowering import special_cpu as sp"]),
+              "", ""]
     body = "\n\n\n".join(e.kernels)
     entry = [f"def {name}({args}):"] + e.host + \
             [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]

@@ -13,14 +13,16 @@ Contract
   and ``max.dim`` / ``min.dim`` run one thread per lane (every index but
   ``dim``), serially along ``dim``: the CPU's recurrence, so ties and NaNs
   resolve identically.
-- Ops absent here (sort, linalg) raise ``NotImplementedError`` from the
-  emitter; ``runtime/coverage.py`` reports them as CPU-only.
+- Linear algebra and ``sort`` come from ``codegen_cuda_linalg.py``. An op
+  absent here raises ``NotImplementedError`` from the emitter;
+  ``runtime/coverage.py`` reports it as CPU-only.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gradjit.lowering.codegen_cuda import _acc_init, gather_kernel, ishape, launch, unravel
+from gradjit.lowering.codegen_cuda_linalg import LINALG_CUDA
 
 
 def _idx(names):
@@ -199,5 +201,6 @@ CUDA_KERNELS = {
     "cummax.default": _extreme(">=", True), "cummin.default": _extreme("<=", True),
     "max.dim": _extreme(">", False), "min.dim": _extreme("<", False),
 }
+CUDA_KERNELS.update(LINALG_CUDA)   # linear algebra and sort (lowering/codegen_cuda_linalg.py)
 
 __all__ = ["CUDA_KERNELS", "ishape"]

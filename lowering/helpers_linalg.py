@@ -10,23 +10,30 @@ entries an op never reads get zero).
 
 Formulas (X' the transpose, G the incoming gradient, I the identity):
 - inv:  -X' G X'  with X = inv(A)
-- det:  G det(A) inv(A)';  slogdet: G_logabsdet inv(A)'
+- det:  G adj(A)' = G det(A) inv(A)', from the SVD near singular A (see _adjugate_t);
+  slogdet: G_logabsdet inv(A)' (not finite at an exactly singular A, as torch)
 - solve: G_B = solve(A', G);  G_A = -G_B X'
 - solve_triangular (left):  G_B = solve_tri(A', G);  G_A = -tri(G_B X')
 - cholesky: Phi = tril(L' G_L) with its diagonal halved, symmetrised;
   G_A = L'^-1 Phi L^-1
 - qr (m >= n): M = R G_R' - G_Q' Q;  G_A = (G_Q + Q copyltu(M)) R'^-1
+- qr (m < n): A = [X | Y], R = [U | V]: G_Y = Q G_V, and G_X is the m >= n formula
+  for X = Q U with G_Q + Y G_V' in place of G_Q
 - eigh: G_A = V (diag(G_w) + F o skew(V' G_V)) V',  F_ij = 1 / (w_j - w_i)
 - svd: U [diag(G_S) + (F o (U'G_U - G_U'U)) S + S (F o (V'G_V - G_V'V))] V'
-  plus the parts of G_U, G_V outside the column spaces, F_ij = 1/(s_j^2 - s_i^2)
+  plus the parts of G_U, G_V outside the column spaces, F_ij = 1/(s_j^2 - s_i^2);
+  full_matrices: the first k = min(m, n) columns of U and G_U (rows of Vh, G_Vh)
+  only, as torch (the rest span an arbitrary basis of a complement)
 - pinv (constant rank): -X' G X' + (I - A X) G' X X' + X' X G' (I - X A)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.helpers import helper
+from gradjit.lowering.helpers import helper, where
+from gradjit.lowering.helpers_index import slice_backward, slice_of
 from gradjit.tracer.dispatch import apply
+from gradjit.tracer.methods_index import cat
 
 
 def _eye(like, n):
@@ -51,16 +58,52 @@ def inv_backward(grad, result):
     return -(result.mT @ grad @ result.mT)
 
 
+def _mat(x):
+    """A batch of scalars as a batch of 1 x 1 matrices (broadcasts against (*, n, n))."""
+    return x.unsqueeze(-1).unsqueeze(-1)
+
+
+def _near_singular(A, det):
+    """|det A| <= sqrt(eps) times Hadamard's bound prod_j |A e_j|: det(A) inv(A) loses
+    accuracy there (inv fails outright at an exactly singular A). Not differentiated."""
+    cols = apply("linalg_vector_norm.default", [A],
+                 {"ord": 2.0, "dim": (A.ndim - 2,), "keepdim": False})
+    return det.abs() <= cols.prod(-1) * float(np.sqrt(np.finfo(A.dtype).eps))
+
+
+def _adjugate_t(A, det):
+    """adj(A)' = d det(A) / dA for any A: det(A) inv(A)' where A is well away from singular,
+    else from the SVD A = U S Vh: sign(det U det Vh) U diag(prod_{j != i} s_j) Vh (rank n-1:
+    nonzero; rank <= n-2: 0). Each branch reads a stand-in where the other one is taken
+    (I for inv; diag(1..n), distinct singular values, for svd), so neither fails nor feeds a
+    NaN into the second derivative through the branch not taken."""
+    n = A.shape[-1]
+    eye = _eye(A, n)
+    sing = _mat(_near_singular(A, det))
+    regular = _mat(det) * _inv(where(sing, eye, A)).mT
+    spread = A._const(np.diag(np.arange(1, n + 1)).astype(A.dtype))
+    U, S, Vh = apply("linalg_svd.default", [where(sing, A, spread)], {"full_matrices": False})
+    sign = (apply("linalg_det.default", [U], {}) * apply("linalg_det.default", [Vh], {})).sign()
+    others = (S.unsqueeze(-2) * (1 - eye) + eye).prod(-1)      # row i: s with s_i -> 1
+    singular = (U * (others * sign.unsqueeze(-1)).unsqueeze(-2)) @ Vh
+    return where(sing, singular, regular)
+
+
 @helper
 def det_backward(grad, self, result):
-    return (grad * result).unsqueeze(-1).unsqueeze(-1) * _inv(self).mT
+    return _mat(grad) * _adjugate_t(self, result)
 
 
 @helper
-def slogdet_backward(grad_logabsdet, self):
+def slogdet_backward(grad_logabsdet, self, sign):
+    """G inv(A)'. At an exactly singular A (sign 0, logabsdet -inf) the gradient is not
+    finite: inv(A) is replaced by I (it would raise) and divided by 0, so entries are
+    +-inf or NaN, as torch's are there."""
     if grad_logabsdet is None:
         return None
-    return grad_logabsdet.unsqueeze(-1).unsqueeze(-1) * _inv(self).mT
+    singular = _mat(sign == 0)
+    inv_t = _inv(where(singular, _eye(self, self.shape[-1]), self)).mT
+    return _mat(grad_logabsdet) * inv_t / (1 - singular.to(self.dtype))
 
 
 @helper
@@ -104,14 +147,8 @@ def _copyltu(M, n):
     return low + low.mT + M * _eye(M, n)
 
 
-@helper
-def qr_backward(grads, A, Q, R):
-    gQ, gR = grads[0], grads[1]
-    m, n = A.shape[-2:]
-    if m < n:
-        from gradjit.tracer.registry import GradjitError
-        raise GradjitError(f"linalg_qr: the derivative of the QR of a wide matrix {tuple(A.shape)} "
-                           f"(m < n) is not implemented")
+def _qr_tall_backward(gQ, gR, Q, R, n):
+    """m >= n: M = R G_R' - G_Q' Q;  G_A = (G_Q + Q copyltu(M)) R'^-1."""
     M = None
     if gR is not None:
         M = R @ gR.mT
@@ -121,6 +158,27 @@ def qr_backward(grads, A, Q, R):
     if gQ is not None:
         b = gQ + b
     return _tri_solve(R.mT, b, False, left=False)   # b R'^-1
+
+
+@helper
+def qr_backward(grads, A, Q, R):
+    gQ, gR = grads[0], grads[1]
+    m, n = A.shape[-2:]
+    if m >= n:
+        return _qr_tall_backward(gQ, gR, Q, R, n)
+    # m < n: A = [X | Y] with X square, R = [U | V]: X = Q U is a square QR and
+    # V = Q' Y, so Y's gradient is Q G_V and Q gets Y G_V' on top of G_Q.
+    last = A.ndim - 1
+    U, gU, gY = slice_of(R, last, 0, m, 1), None, None
+    if gR is not None:
+        gU, gV = slice_of(gR, last, 0, m, 1), slice_of(gR, last, m, n, 1)
+        YgV = slice_of(A, last, m, n, 1) @ gV.mT
+        gQ = YgV if gQ is None else gQ + YgV
+        gY = Q @ gV
+    gX = _qr_tall_backward(gQ, gU, Q, U, m)
+    if gY is None:   # only Q was used: Y does not move it
+        return slice_backward(gX, A.shape, last, 0, m, 1)
+    return cat([gX, gY], last)
 
 
 def _off_diag_inverse(E, n):
@@ -145,10 +203,15 @@ def eigh_backward(grads, eigenvalues, eigenvectors):
 
 
 @helper
-def svd_backward(grads, A, U, S, Vh):
+def svd_backward(grads, A, U, S, Vh, full_matrices=False):
     gU, gS, gVh = grads
     m, n = A.shape[-2:]
     k = S.shape[-1]
+    if full_matrices:   # as torch: the columns of U / rows of Vh past k are ignored
+        last = A.ndim - 1
+        U, Vh = slice_of(U, last, 0, k, 1), slice_of(Vh, last - 1, 0, k, 1)
+        gU = None if gU is None else slice_of(gU, last, 0, k, 1)
+        gVh = None if gVh is None else slice_of(gVh, last - 1, 0, k, 1)
     V = Vh.mT
     inner = None
 

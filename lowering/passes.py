@@ -15,6 +15,7 @@ Contract
 from __future__ import annotations
 
 from gradjit.tracer.ir import Graph, _key_attr
+from gradjit.tracer.ops import reduces_nothing
 from gradjit.tracer.trace import Tracer
 
 
@@ -25,13 +26,19 @@ def _count(shape, dims):
     return n
 
 
+def _shifted(x, dims):
+    # minus the max along dims, for exp's range; a size-0 dim has no max (amax rejects it)
+    # and nothing to shift
+    return x if reduces_nothing(x.shape, dims) else x - x.amax(dims, keepdim=True)
+
+
 def _softmax(x, dim, half_to_float):
-    e = (x - x.amax(dim, keepdim=True)).exp()
+    e = _shifted(x, (dim,)).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 def _log_softmax(x, dim, half_to_float):
-    z = x - x.amax(dim, keepdim=True)
+    z = _shifted(x, (dim,))
     return z - z.exp().sum(dim, keepdim=True).log()
 
 
@@ -42,7 +49,12 @@ def _custom_function(*ins, function, n_in, tensor_args, ctx=None):
 
 
 def _logsumexp(x, dim, keepdim):
-    # shift by the max (infinite maxima shift by 0, so all -inf gives -inf as torch)
+    # shift by the max (infinite maxima shift by 0, so all -inf gives -inf as torch); over
+    # zero elements the sum is 0 and the result -inf, as torch
+    if reduces_nothing(x.shape, dim):
+        out = x.exp().sum(dim, keepdim=True).log()
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape)
+                                                     if i not in dim))
     m = x.amax(dim, keepdim=True).nan_to_num(0.0, 0.0, 0.0)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dim))

@@ -47,6 +47,18 @@ class Stmt:
     node: object
 
 
+def permutation(node):
+    """The axis permutation of a ``permute`` / ``transpose`` / ``t`` node."""
+    perm = list(range(node.inputs[0].ndim))
+    if node.op == "permute.default":
+        return list(node.attrs["dims"])
+    if node.op == "transpose.int":
+        d0, d1 = node.attrs["dim0"], node.attrs["dim1"]
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return perm
+    return perm[::-1]   # t: 0-d, 1-d or 2-d
+
+
 def reduced_dims(node):
     """Dims of the reduction's input that are reduced."""
     ndim = node.inputs[0].ndim

@@ -66,8 +66,8 @@ def to_device(a):
     from numba import cuda
     if is_device_array(a):
         return a
-    a = np.ascontiguousarray(a)
-    return cuda.to_device(a)
+    a = np.asarray(a)   # (np.ascontiguousarray would make a 0-d array 1-d)
+    return cuda.to_device(a if a.flags.c_contiguous else a.copy(order="C"))
 
 
 def to_host(a):

@@ -143,7 +143,8 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
     device = "cuda" if any(is_device_array(t.data) for t in roots) else "cpu"
     key = (hist.key, tuple(targets), seed_types, batched, device,
-           os.environ.get("GRADJIT_EXECUTOR"))  # a plan is compiled or interpreted
+           os.environ.get("GRADJIT_EXECUTOR"),  # a plan is compiled or interpreted
+           os.environ.get("GRADJIT_FAST_MATH"))
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched, device)

@@ -29,6 +29,41 @@ from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer.trace import Tracer, flatten_output, trace, unflatten_output
 
 
+def _hidden_updates(g, arg_values):
+    """Append the statistics of ``g.running_updates`` (batch_norm under tracing) to the
+    graph's outputs; returns [(target, momentum)] with target ('arg', position) or
+    ('array', the captured array)."""
+    out = []
+    for (kind, ref), stat, momentum in g.running_updates:
+        g.outputs.append(stat)
+        out.append((("arg", arg_values.index(ref)) if kind == "arg" else ("array", ref), momentum))
+    return out
+
+
+class _Updating:
+    """An executable whose last results are running statistics: it applies
+    ``r = (1 - momentum) * r + momentum * stat`` to each target after the call and returns
+    the other results. Never an ``Executable``, so calls take the slow path that has
+    the arguments."""
+
+    def __init__(self, exe, updates):
+        self.exe, self.updates = exe, updates
+        self.graph, self.source = exe.graph, exe.source
+
+    def __call__(self, arrays):
+        res = list(self.exe(arrays))
+        stats = res[len(res) - len(self.updates):]
+        for ((kind, ref), momentum), stat in zip(self.updates, stats):
+            arr = np.asarray(arrays[ref]) if kind == "arg" else ref
+            stat = to_host(stat)
+            arr[...] = ((1.0 - momentum) * arr + momentum * stat.reshape(arr.shape)).astype(arr.dtype)
+        return res[:len(res) - len(self.updates)]
+
+
+def _with_updates(exe, updates):
+    return _Updating(exe, updates) if updates else exe
+
+
 def _norm_argnums(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
@@ -103,6 +138,7 @@ class _Transformed:
     def _build(self, args):
         g, call_args, arg_values = self._trace(args)
         tree = self._trace_body(g, call_args, arg_values)
+        updates = _hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
@@ -110,8 +146,9 @@ class _Transformed:
             if batched is not None:
                 raise GradjitError(f"{self.__name__}: batched (Jacobian) transforms run on the CPU "
                                    f"only; the CUDA target has no batched entry yet")
-            return compile_graph_cuda(optimize(g)), tuple(to_device(c) for c in consts), tree
-        return compile_graph(optimize(g), batched=batched), consts, tree
+            exe = compile_graph_cuda(optimize(g))
+            return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
+        return _with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
 
     def graphs(self, *args):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""

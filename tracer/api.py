@@ -225,6 +225,10 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
         shape = tuple(int(s) for s in shape)
         if shape.count(-1) == 1:
             known = int(np.prod([s for s in shape if s != -1]))
+            if known == 0:   # 0 * anything: the -1 could be any size
+                raise ShapeError(f"reshape: cannot reshape tensor of 0 elements into shape "
+                                 f"{list(shape)} because the unspecified dimension size -1 can "
+                                 f"be any value and is ambiguous", user_site())
             shape = tuple(self.numel() // max(known, 1) if s == -1 else s for s in shape)
         if shape == self.shape:
             return self

@@ -97,10 +97,11 @@ def _sum_labels(x, labels, drop):
 
 
 def _expand_shared(x, lx, y, ly):
-    size = {}
+    size = {}   # a label's size: its non-1 size if any (0 included: an empty contraction)
     for t, ls in ((x, lx), (y, ly)):
         for ch, s in zip(ls, t.shape):
-            size[ch] = max(size.get(ch, 1), s)
+            if s != 1 or ch not in size:
+                size[ch] = s
     for_x = tuple(size[ch] if ch in ly else s for ch, s in zip(lx, x.shape))
     for_y = tuple(size[ch] if ch in lx else s for ch, s in zip(ly, y.shape))
     return x.expand(for_x), y.expand(for_y)

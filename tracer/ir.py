@@ -91,6 +91,9 @@ class Graph:
         # While the adjoint instantiates a formula, new nodes are attributed to
         # the forward node they differentiate (errors then name the user's line).
         self.site_override = None
+        # In-place buffer updates a traced function asks for (batch_norm's running stats):
+        # [(target, statistic Value, momentum)]; runtime/transforms.py applies them.
+        self.running_updates = []
         # Graph inputs that are captured arrays (fed at call time, never baked
         # into generated source): Value -> ndarray.
         self.constants = {}

@@ -13,8 +13,10 @@ Contract
   (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
   ``vector_norm``, ``amax``/``amin`` and ``svd``; ``svdvals`` the S of ``svd``.
 - Products (``mv`` ... ``einsum``) are re-exported from ``methods_linalg.py``.
-- Only reduced factorisations: ``qr(mode='reduced')``, ``svd`` of a non-square
-  matrix needs ``full_matrices=False`` (a ``GradjitError`` says so).
+- ``qr``: ``mode='reduced'`` (any m, n; differentiable for wide matrices too,
+  as torch) and ``'complete'`` when m <= n (the same factorisation); ``svd``:
+  ``full_matrices`` gives the full U / Vh of a non-square matrix (its gradient
+  ignores the columns past min(m, n), as torch).
 """
 from __future__ import annotations
 
@@ -123,8 +125,11 @@ def cholesky_solve(B, L, upper=False):
 
 def qr(A, mode="reduced"):
     _need("linalg.qr", A)
+    if mode == "complete" and A.shape[-2] <= A.shape[-1]:
+        mode = "reduced"   # Q is square already: the same factorisation
     if mode != "reduced":
-        raise GradjitError(f"linalg.qr: mode={mode!r} is not supported (only 'reduced')",
+        raise GradjitError(f"linalg.qr: mode={mode!r} is not supported for shape "
+                           f"{tuple(A.shape)} (only 'reduced', and 'complete' when m <= n)",
                            user_site())
     return QRResult(*apply("linalg_qr.default", [A], {}))
 
@@ -142,10 +147,8 @@ def eigvalsh(A, UPLO="L"):
 
 def svd(A, full_matrices=True):
     _need("linalg.svd", A)
-    if full_matrices and A.shape[-1] != A.shape[-2]:
-        raise GradjitError(f"linalg.svd: full_matrices=True of a non-square {tuple(A.shape)} "
-                           f"matrix is not supported; pass full_matrices=False", user_site())
-    return SVDResult(*apply("linalg_svd.default", [A], {}))
+    full = bool(full_matrices) and A.shape[-1] != A.shape[-2]   # square: the same either way
+    return SVDResult(*apply("linalg_svd.default", [A], {"full_matrices": full}))
 
 
 def svdvals(A):

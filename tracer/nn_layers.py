@@ -17,8 +17,8 @@ Contract
 - ``batch_norm`` / ``instance_norm`` with ``training`` / ``use_input_stats`` update the given
   ``running_mean`` / ``running_var`` (NumPy arrays or ``Tensor``s) in place, as torch:
   ``r = (1 - momentum) * r + momentum * stat`` with the unbiased batch variance. Under
-  tracing (``gj.grad`` / ``gj.jit``) batch statistics are not concrete, so running stats are
-  left unchanged there (known difference; update them in tensor mode).
+  tracing (``gj.grad`` / ``gj.jit``) the statistic is a hidden result of the compiled
+  function and the transform updates the caller's array after every call, the same way.
 - Not supported (raise ``NotImplementedError``): ``ceil_mode=True``, ``return_indices=True``,
   pooling/conv with more than 2 spatial dims, interpolate modes other than nearest / bilinear
   and ``momentum=None``.
@@ -31,6 +31,7 @@ import numbers
 import numpy as np
 from gradjit.tracer.dispatch import apply
 from gradjit.tracer.nn_functional import _operand
+from gradjit.tracer.registry import GradjitError, user_site
 
 __all__ = ["batch_norm", "group_norm", "instance_norm", "cdist", "unfold", "fold", "conv1d",
            "conv2d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
@@ -53,13 +54,27 @@ def _const(like, a):
 
 
 # -- normalisation -------------------------------------------------------------------------------
-def _update_running(running, stat, momentum):
-    """running <- (1 - momentum) * running + momentum * stat, in place (tensor mode only)."""
+def _update_running(running, stat, momentum, op):
+    """running <- (1 - momentum) * running + momentum * stat, in place, as torch. Traced
+    (gj.jit / gj.grad): the statistic becomes a hidden result of the compiled function and
+    the transform applies the update to the caller's array after each call
+    (``Graph.running_updates``; runtime/transforms.py)."""
     from gradjit.tracer.tensor import Tensor
-    if running is None or not isinstance(stat, Tensor):
+    from gradjit.tracer.trace import Tracer
+    if running is None or momentum == 0:
         return
-    arr = running.data if isinstance(running, Tensor) else running
-    arr[...] = ((1.0 - momentum) * arr + momentum * stat.data.reshape(arr.shape)).astype(arr.dtype)
+    if isinstance(stat, Tensor):
+        arr = running.data if isinstance(running, Tensor) else running
+        arr[...] = ((1.0 - momentum) * arr + momentum * stat.data.reshape(arr.shape)).astype(arr.dtype)
+        return
+    if isinstance(running, Tracer):      # an argument of the traced function
+        target = ("arg", running.value)
+    elif isinstance(running, (np.ndarray, Tensor)):   # captured: the same array every call
+        target = ("array", running.data if isinstance(running, Tensor) else running)
+    else:
+        raise GradjitError(f"{op}: running statistics must be arrays to be updated in place, got "
+                           f"{type(running).__name__}", user_site())
+    stat.graph.running_updates.append((target, stat.value, float(momentum)))
 
 
 def _affine(out, weight, bias, like):
@@ -87,8 +102,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if n <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
                              f"size {tuple(input.shape)}")
-        _update_running(running_mean, mean, momentum)
-        _update_running(running_var, var * (n / (n - 1)), momentum)
+        _update_running(running_mean, mean, momentum, "batch_norm")
+        _update_running(running_var, var * (n / (n - 1)), momentum, "batch_norm")
     else:
         shape = (1, -1) + (1,) * (input.ndim - 2)
         rm = _operand(running_mean, input).reshape(shape)
@@ -104,9 +119,10 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         out, mean, var = _normalize(input, dims, eps)
         n = int(np.prod(input.shape[2:]))
         if running_mean is not None:
-            _update_running(running_mean, mean.mean(0), momentum)
+            _update_running(running_mean, mean.mean(0), momentum, "instance_norm")
         if running_var is not None:
-            _update_running(running_var, (var * (n / max(n - 1, 1))).mean(0), momentum)
+            _update_running(running_var, (var * (n / max(n - 1, 1))).mean(0), momentum,
+                            "instance_norm")
     else:
         shape = (1, -1) + (1,) * (input.ndim - 2)
         out = ((input - _operand(running_mean, input).reshape(shape))

@@ -185,8 +185,37 @@ defop("mean.dim(Tensor self, int[1]? dim, bool keepdim=False) -> Tensor", R,
       lambda t, a: [(_reduced_shape(t[0].shape, a["dim"], a["keepdim"]),
                      _float_only("mean.dim", t[0].dtype))],
       lambda x, dim, keepdim: np.asarray(np.mean(x, axis=_axes(dim), keepdims=keepdim)))
-defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R,
-      lambda t, a: [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]), t[0].dtype)],
+
+
+def reduces_nothing(shape, dims):
+    """True when a reduction over ``dims`` (empty or None: every dim) has no element to reduce.
+    A 0-d tensor (whose "dim 0" is itself, as softmax(dim=0) of a scalar) has one element."""
+    shape = tuple(shape)
+    return 0 in shape if not dims or not shape else any(shape[d] == 0 for d in dims)
+
+
+def nonempty_reduction(op, shape, dims):
+    """A reduction without identity (max, min) over zero elements is an error, as in torch."""
+    shape = tuple(shape)
+    if not reduces_nothing(shape, dims):
+        return
+    if not dims:
+        raise ShapeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0 "
+                         f"(input shape {shape}). Specify the reduction dim with the 'dim' "
+                         f"argument.", user_site())
+    d = next(d for d in dims if shape[d] == 0)
+    raise ShapeError(f"{op}(): Expected reduction dim {d} to have non-zero size (input shape "
+                     f"{shape})", user_site())
+
+
+def _minmax_reduced(op):
+    def infer(t, a):
+        nonempty_reduction(op, t[0].shape, a["dim"])
+        return [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]), t[0].dtype)]
+    return infer
+
+
+defop("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R, _minmax_reduced("amax"),
       lambda x, dim, keepdim: np.asarray(np.amax(x, axis=_axes(dim), keepdims=keepdim)))
 
 
@@ -248,13 +277,18 @@ _shape_op("unsqueeze(Tensor self, int dim) -> Tensor", lambda s, dim: s[:dim] + 
 
 
 # -- composite (own formula; decomposed before code generation) -----------------------
+def _shift(x, dim):
+    """x minus its max along ``dim`` (an empty x: nothing to shift, and no max to take)."""
+    return x - np.amax(x, axis=dim, keepdims=True) if x.size else x
+
+
 def _softmax(x, dim, half_to_float):
-    e = np.exp(x - np.amax(x, axis=dim, keepdims=True))
+    e = np.exp(_shift(x, dim))
     return e / np.sum(e, axis=dim, keepdims=True)
 
 
 def _log_softmax(x, dim, half_to_float):
-    z = x - np.amax(x, axis=dim, keepdims=True)
+    z = _shift(x, dim)
     return z - np.log(np.sum(np.exp(z), axis=dim, keepdims=True))
 
 

@@ -10,8 +10,9 @@ Contract
   needs it); results keep the input dtype. Batch dims of two-operand ops must
   already match: the front end (``tracer/linalg.py``) broadcasts them with
   ``expand`` first, and turns a vector right-hand side into a column.
-- ``linalg_qr`` is the reduced QR; ``linalg_svd`` the reduced SVD
-  (``full_matrices=False``); ``linalg_eigh`` reads the lower triangle (as
+- ``linalg_qr`` is the reduced QR; ``linalg_svd`` the reduced SVD, or with
+  ``full_matrices`` (set by the front end for non-square inputs only) the full
+  ``U`` (m, m) and ``Vh`` (n, n); ``linalg_eigh`` reads the lower triangle (as
   NumPy's default ``UPLO='L'``); ``linalg_solve_triangular`` reads only the
   triangle named by ``upper`` (and not the diagonal when ``unitriangular``).
 - Composites spelled in the front end with these and the core ops (no op of
@@ -46,14 +47,18 @@ def _check(op, types, square=True, rank=2):
     return np.dtype(types[0].dtype)
 
 
-def _batched(fn):
-    """Apply a 2-D function over leading batch dims (tuples of results stacked)."""
+def _batched(fn, empty):
+    """Apply a 2-D function over leading batch dims (tuples of results stacked);
+    ``empty(*arrays)`` is the result of an empty batch (no matrix to call ``fn`` on)."""
     def impl(*arrays, **kw):
         a0 = arrays[0]
         if a0.ndim == 2:
             return fn(*arrays, **kw)
+        if a0.size == 0:
+            return empty(*arrays)
         batch = a0.shape[:-2]
-        flat = [a.reshape((-1,) + a.shape[-2:]) for a in arrays]
+        nb = int(np.prod(batch))   # not -1: ambiguous for an empty operand
+        flat = [a.reshape((nb,) + a.shape[-2:]) for a in arrays]
         outs = [fn(*xs, **kw) for xs in zip(*flat)]
         if isinstance(outs[0], tuple):
             return tuple(np.stack([o[k] for o in outs]).reshape(batch + np.shape(outs[0][k]))
@@ -135,7 +140,8 @@ def _tri_infer(types, attrs):
 
 
 defop("linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, "
-      "bool unitriangular=False) -> Tensor", K, _tri_infer, _batched(_tri_solve))
+      "bool unitriangular=False) -> Tensor", K, _tri_infer,
+      _batched(_tri_solve, lambda a, b: np.empty(b.shape, np.result_type(a, b))))
 
 
 def _qr_infer(types, attrs):
@@ -164,11 +170,13 @@ def _svd_infer(types, attrs):
     *b, m, n = types[0].shape
     k = min(m, n)
     b = tuple(b)
+    if attrs["full_matrices"]:
+        return [(b + (m, m), dt), (b + (k,), dt), (b + (n, n), dt)]
     return [(b + (m, k), dt), (b + (k,), dt), (b + (k, n), dt)]
 
 
-defop("linalg_svd(Tensor A) -> (Tensor U, Tensor S, Tensor Vh)", K, _svd_infer,
-      lambda a: tuple(np.linalg.svd(a, full_matrices=False)))
+defop("linalg_svd(Tensor A, bool full_matrices=False) -> (Tensor U, Tensor S, Tensor Vh)", K,
+      _svd_infer, lambda a, full_matrices: tuple(np.linalg.svd(a, full_matrices=full_matrices)))
 
 
 def _pinv_infer(types, attrs):

@@ -20,17 +20,14 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from gradjit.tracer.ops import R, C, _axes, _float_only, _reduced_shape, _sum_dtype
-from gradjit.tracer.registry import defop
+from gradjit.tracer.ops import (R, C, _axes, _float_only, _minmax_reduced, _reduced_shape,
+                               _sum_dtype, reduces_nothing)
+from gradjit.tracer.registry import ShapeError, defop, user_site
 
 K = "kernel"
 
 
-def _same(op):
-    return lambda t, a: [(_reduced_shape(t[0].shape, a["dim"] or None, a["keepdim"]), t[0].dtype)]
-
-
-defop("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R, _same("amin"),
+defop("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", R, _minmax_reduced("amin"),
       lambda x, dim, keepdim: np.asarray(np.amin(x, axis=_axes(dim), keepdims=keepdim)))
 
 defop("prod(Tensor self) -> Tensor", R, lambda t, a: [((), _sum_dtype(t[0].dtype))],
@@ -69,8 +66,16 @@ def _vector_norm(x, ord, dim, keepdim):
     return np.asarray(np.sum(a ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord))
 
 
+def _vector_norm_infer(t, a):
+    if abs(a["ord"]) == float("inf") and reduces_nothing(t[0].shape, a["dim"]):
+        raise ShapeError(f"linalg.vector_norm cannot compute the {a['ord']} norm on an empty "
+                         f"tensor because the operation does not have an identity (input shape "
+                         f"{tuple(t[0].shape)}, dim {a['dim']})", user_site())
+    return _float_reduced("linalg_vector_norm")(t, a)
+
+
 defop("linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False) "
-      "-> Tensor", C, _float_reduced("linalg_vector_norm"), _vector_norm)
+      "-> Tensor", C, _vector_norm_infer, _vector_norm)
 
 defop("cumsum(Tensor self, int dim) -> Tensor", K,
       lambda t, a: [(tuple(t[0].shape), _sum_dtype(t[0].dtype))],

@@ -32,8 +32,18 @@ def _fn_key(fn):
     return k
 
 
+def _cut(e):
+    """An edge with a device copy behind it ends this device's graph: the copy's proxy
+    leaf (``GradFn.boundary``, see tracer/tensor_device.py) stands for it."""
+    if isinstance(e, tuple) and e[0].boundary is not None:
+        return e[0].boundary
+    return e
+
+
 class History:
     def __init__(self, roots):
+        roots = [t.grad_fn.boundary if t.grad_fn is not None and t.grad_fn.boundary is not None
+                 else t for t in roots]
         fns, stack = {}, [t.grad_fn for t in roots if t.grad_fn is not None]
         while stack:
             fn = stack.pop()
@@ -42,14 +52,14 @@ class History:
             if fn.freed:
                 raise RuntimeError(_FREED)
             fns[id(fn)] = fn
-            stack.extend(e[0] for e in fn.edges if isinstance(e, tuple))
+            stack.extend(e[0] for e in map(_cut, fn.edges) if isinstance(e, tuple))
         self.order = order = sorted(fns.values(), key=lambda f: f.seq)
         self.pos = pos = {id(fn): j for j, fn in enumerate(order)}
         self.leaves, self.leaf_pos, self.stale = [], {}, {}
         parts, extras = [], []
         for j, fn in enumerate(order):
             refs = []
-            for e, version in zip(fn.edges, fn.in_versions):
+            for e, version in zip(map(_cut, fn.edges), fn.in_versions):
                 if isinstance(e, tuple):
                     refs.append((pos[id(e[0])], e[1]))
                     continue
@@ -57,7 +67,7 @@ class History:
                 if i is None:
                     i = self.leaf_pos[id(e)] = len(self.leaves)
                     self.leaves.append(e)
-                if e._box[0] != version:
+                if version is not None and e._box[0] != version:
                     self.stale[i] = (fn, version)
                 refs.append(i)
             parts.append((_fn_key(fn), tuple(refs)))
@@ -74,6 +84,8 @@ class History:
         self.key = (tuple(parts), leaf_types, tuple(self.roots), tuple(extras))
 
     def addr(self, t):
+        if t.grad_fn is not None and t.grad_fn.boundary is not None:
+            t = t.grad_fn.boundary
         if t.grad_fn is not None:
             j = self.pos.get(id(t.grad_fn))
             return None if j is None else ("node", j, t._index)
@@ -148,7 +160,7 @@ class History:
 
 def _refs(fn, hist):
     return [(hist.pos[id(e[0])], e[1]) if isinstance(e, tuple) else hist.leaf_pos[id(e)]
-            for e in fn.edges]
+            for e in map(_cut, fn.edges)]
 
 
 def value_at(graph, addr):

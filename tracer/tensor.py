@@ -41,7 +41,7 @@ class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
-                 "hooks", "retains", "ctx", "versions", "in_versions", "_key")
+                 "hooks", "retains", "ctx", "versions", "in_versions", "_key", "boundary")
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
         self.op, self.attrs, self.edges = op, attrs, edges
@@ -55,6 +55,7 @@ class GradFn:
         # Version of each Tensor edge (leaf or constant) when it was used.
         self.in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
         self._key = None  # structural key piece, computed on first backward
+        self.boundary = None  # device copies: the leaf standing for this node on its device
 
     def name(self):
         if self.ctx is not None:

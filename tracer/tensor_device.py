@@ -9,16 +9,18 @@ Contract
   CPU tensors and Python scalars are moved along (as torch allows), any
   other CPU array raises torch's "Expected all tensors to be on the same
   device" error. Returns (output arrays, output types) or None for CPU ops.
-- Moving data between devices is a copy. Moving a tensor that requires grad
-  is not differentiable yet: it raises, telling the user to create the leaf
-  on the device (``gj.tensor(x, device="cuda", requires_grad=True)``) or to
-  ``detach()`` first; nothing is silently cut from the graph.
+- Moving data between devices is a copy, and differentiable: the result's
+  ``grad_fn`` (``ToCopyBackward0``) holds a ``boundary`` leaf standing for it
+  on the new device. Each device's history compiles on its own (one graph
+  never spans devices); the engine computes the boundary leaf's gradient,
+  moves it back and continues backward on the other side.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gradjit.tracer.device import canonical, is_device_array
+from gradjit.tracer.modes import is_grad_enabled
 
 
 class Device:
@@ -107,12 +109,25 @@ class DeviceMethods:
         return self.to("cuda")
 
     def _moved(self, device):
-        if self._requires_grad:
-            raise RuntimeError(f"moving a tensor that requires grad to '{device}' is not "
-                               f"differentiable in gradjit yet: create the leaf on the device "
-                               f"(gj.tensor(x, device='{device}', requires_grad=True)) or move "
-                               f"x.detach()")
         if device == "cuda":
             self._cuda.require("Tensor.to('cuda')")
-            return type(self)(self._cuda.to_device(np.asarray(self.data)))
-        return type(self)(self._cuda.to_host(self.data))
+            data = self._cuda.to_device(np.asarray(self.data))
+        else:
+            data = self._cuda.to_host(self.data)
+        cls = type(self)
+        if not (self._requires_grad and is_grad_enabled()):
+            return cls(data)
+        # Differentiable copy: a node whose backward moves the gradient back. Each device's
+        # graph compiles on its own; ``boundary`` is the leaf that stands for this node on
+        # the new device, and the engine carries its gradient across (runtime/autograd.py).
+        from gradjit.tracer.registry import user_site
+        from gradjit.tracer.tensor import GradFn
+        edge = (self.grad_fn, self._index) if self.grad_fn is not None else self
+        fn = GradFn("_to_copy.device", {"device": device}, [edge],
+                    [(self.shape, self.dtype)], [data], user_site())
+        out = cls(data, grad_fn=fn)
+        out._requires_grad = True
+        fn.versions = [(out._box, 0)]
+        fn.boundary = cls(data, requires_grad=True, box=out._box)
+        fn.boundary._hooks = None
+        return out

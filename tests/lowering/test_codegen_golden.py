@@ -76,7 +76,10 @@ def _load_module(src, tmp_path, name):
 # -- golden files ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", GRAPHS)
 def test_golden_source(name):
-    src = generate(GRAPHS[name]()).source
+    # Helper-module fingerprints (``# gradjit.lowering.fastmath_cpu <sha>``) change with every
+    # edit of those modules; the golden files keep a placeholder instead.
+    src = re.sub(r"^(# gradjit\.lowering\.\w+) [0-9a-f]{16}$", r"\1 <sha>",
+                 generate(GRAPHS[name]()).source, flags=re.M)
     path = _golden_path(name)
     if UPDATE:
         os.makedirs(GOLDEN_DIR, exist_ok=True)

@@ -10,7 +10,9 @@ draws (so the gradient flows through the construction):
 - ``_sv(x)``: ``0.2 x + diag(1, 2, 3, ...)`` on the leading square (distinct
   singular values).
 Eigen- and singular vectors are defined up to sign, so their cases use sign-free
-functions (columns times their own sums, ``U diag(c) Vh``). Batched shapes
+functions (columns times their own sums, ``U diag(c) Vh``); of a full SVD only the
+leading min(m, n) vectors (the others are any basis of a complement: their gradient
+is ignored, as torch's, while finite differences would see them move). Batched shapes
 (``(2, n, n)``) run wherever the op supports them. One ``rep=True`` graph per
 group runs compiled.
 """
@@ -146,6 +148,12 @@ case("linalg_solve_triangular", lambda a, b: L.solve_triangular(_wc(a), b, upper
 case("linalg_qr", lambda x: L.qr(_wc(x)).Q + L.qr(_wc(x)).R, normal(3, 3), rep=True)
 case("linalg_qr", lambda x: np.linalg.qr(_sv(x))[0], normal(4, 2), tag="np-tall-Q")
 case("linalg_qr", lambda x: L.qr(_sv(x)).R, normal(2, 4, 3), tag="batched-R")
+# wide (m < n): A = [X | Y] with X the leading square block (full rank by _sv)
+case("linalg_qr", lambda x: L.qr(_sv(x)).R + L.qr(_sv(x)).Q.sum(-1, keepdim=True), normal(2, 4),
+     tag="wide", rep=True)
+case("linalg_qr", lambda x: L.qr(_sv(x)).Q, normal(3, 5), tag="wide-Q")
+case("linalg_qr", lambda x: np.linalg.qr(_sv(x))[1], normal(2, 2, 3), tag="np-wide-batched-R")
+case("linalg_qr", lambda x: L.qr(_sv(x), mode="complete").R, normal(2, 3), tag="wide-complete")
 case("linalg_eigh", lambda x: L.eigh(_sym(x)).eigenvalues, normal(3, 3), tag="values")
 case("linalg_eigh", lambda x: _cols(L.eigh(_sym(x)).eigenvectors), normal(3, 3), tag="vectors",
      rep=True)
@@ -162,6 +170,11 @@ case("linalg_svd", lambda x: _cols(np.linalg.svd(_sv(x), full_matrices=False)[2]
 case("linalg_svd", lambda x: _cols(np.linalg.svd(_sv(x), full_matrices=False)[2].mT), normal(4, 2),
      tag="np-V-tall")
 case("linalg_svd", lambda x: L.svdvals(_sv(x)), normal(2, 3, 2), tag="batched-S")
+# full_matrices: the leading k = min(m, n) columns of U (rows of Vh) and S, as torch
+case("linalg_svd", lambda x: _cols(L.svd(_sv(x)).U[..., :2]) + L.svd(_sv(x)).S
+     + L.svd(_sv(x)).Vh.sum(), normal(4, 2), tag="full-tall", rep=True)
+case("linalg_svd", lambda x: _cols(np.linalg.svd(_sv(x))[2][..., :2, :].mT)
+     * np.linalg.svd(_sv(x))[1][..., None, :], normal(2, 2, 3), tag="np-full-wide-batched")
 case("linalg_pinv", lambda x: L.pinv(_sv(x)), normal(3, 2), rep=True)
 case("linalg_pinv", lambda x: np.linalg.pinv(_sv(x)), normal(2, 3), tag="np-wide")
 case("linalg_pinv", lambda x: _wc(x).pinverse(), normal(2, 2, 2), tag="batched")

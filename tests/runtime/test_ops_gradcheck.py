@@ -345,6 +345,7 @@ case("composite", lambda x, y: (x @ y).squeeze(0).softmax(0) * x.sum(1, keepdim=
 
 from tests.runtime import cases_index, cases_math, cases_reduce  # noqa: E402,F401  (family cases)
 from tests.runtime import cases_linalg  # noqa: E402,F401  (linear algebra)
+from tests.runtime import cases_empty  # noqa: E402,F401  (size-0 inputs, every family)
 
 CASE_IDS = [c.id for c in CASES]
 assert len(set(CASE_IDS)) == len(CASE_IDS), [i for i in CASE_IDS if CASE_IDS.count(i) > 1]

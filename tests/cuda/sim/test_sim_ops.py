@@ -28,6 +28,36 @@ else:  # collected but skipped in the main process
     REPS, CPU_ONLY = [], set()
 
 
+# Eigen- and singular vectors are unique only up to sign; LAPACK (CPU) and the Jacobi
+# kernels (CUDA) choose differently. A case whose value depends on those signs is
+# checked on the device against central differences of the device's own forward.
+SIGN_FREE = {"linalg_eigh", "linalg_svd"}
+
+
+def _value(case, arrays, W, device):
+    return np.asarray(gj.jit(lambda *a: (case.fn(*a) * W).sum(), device=device)(*arrays))
+
+
+def _same_value(case, arrays, W):
+    return np.allclose(_value(case, arrays, W, "cuda"), _value(case, arrays, W, None),
+                       rtol=1e-6, atol=1e-9)
+
+
+def _check_by_differences(case, arrays, W, gpu, dtype):
+    if dtype != np.float64:
+        return
+    f = gj.jit(lambda *a: (case.fn(*a) * W).sum(), device="cuda")
+    for k, i in enumerate(case.diff):
+        fd = np.zeros_like(arrays[i])
+        for idx in np.ndindex(arrays[i].shape):
+            hi = [a.copy() for a in arrays]
+            lo = [a.copy() for a in arrays]
+            hi[i][idx] += 1e-6
+            lo[i][idx] -= 1e-6
+            fd[idx] = (np.asarray(f(*hi)) - np.asarray(f(*lo))) / 2e-6
+        np.testing.assert_allclose(gpu[k], fd, rtol=1e-5, atol=1e-6, err_msg=f"gradient {k}")
+
+
 def _grads(case, arrays, W, device):
     f = gj.grad(lambda *a: (case.fn(*a) * W).sum(), argnums=case.diff, device=device)
     return [np.asarray(g) for g in f(*arrays)]
@@ -36,6 +66,8 @@ def _grads(case, arrays, W, device):
 @pytest.mark.parametrize("case", REPS, ids=[c.id for c in REPS])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cuda_matches_cpu(case, dtype):
+    if dtype == np.float32 and case.name.startswith("linalg_"):
+        pytest.skip("float32 linear algebra: covered by the PTX tests; the simulator is slow")
     arrays = case.arrays(dtype=dtype)
     arrays = [a if i in case.diff else case.arrays()[i] for i, a in enumerate(arrays)]
     try:
@@ -50,6 +82,8 @@ def test_cuda_matches_cpu(case, dtype):
         assert any(op in str(exc) for op in CPU_ONLY), f"unlisted CPU-only op: {exc}"
         return
     rtol, atol = (1e-10, 1e-12) if dtype == np.float64 else (1e-5, 1e-6)
+    if case.name in SIGN_FREE and not _same_value(case, arrays, W):
+        return _check_by_differences(case, arrays, W, gpu, dtype)
     for k, (g, c) in enumerate(zip(gpu, cpu)):
         assert g.dtype == c.dtype and g.shape == c.shape
         np.testing.assert_allclose(g, c, rtol=rtol, atol=atol * max(1.0, np.abs(c).max(initial=0)),
@@ -96,8 +130,7 @@ def test_tensor_mode_on_cuda():
     assert (x * 2.0).device == "cuda" and (x + gj.tensor(1.0)).device == "cuda"  # 0-d CPU moves
     with pytest.raises(TypeError, match="cpu"):
         x.detach().numpy()
-    with pytest.raises(RuntimeError, match="not differentiable"):
-        x.cpu()
+    assert x.cpu().grad_fn.name() == "ToCopyBackward0"   # differentiable, as torch
     y = x.detach().cpu()
     assert y.device == "cpu" and np.array_equal(y.numpy(), xn)
     assert x.detach().to("cuda").device == "cuda"
@@ -117,3 +150,34 @@ def test_device_arrays_in_and_out():
     s, m = jf(x)
     np.testing.assert_allclose(s, x.sum(axis=0))
     assert m.shape == () and m == x.max()
+
+
+def test_device_copies_are_differentiable():
+    """x.cuda() / .cpu() on tensors with history: the gradient comes back across, as torch."""
+    rng = np.random.default_rng(1)
+    xn, wn = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    x, w = gj.tensor(xn, requires_grad=True), gj.tensor(wn, requires_grad=True)
+    ((np.tanh(x @ w) ** 2).sum() + (x * x).sum()).backward()
+    rx, rw = x.grad.numpy(), w.grad.numpy()
+
+    x, w = gj.tensor(xn, requires_grad=True), gj.tensor(wn, device="cuda", requires_grad=True)
+    xc = x.cuda()
+    assert xc.grad_fn.name() == "ToCopyBackward0" and not xc.is_leaf and xc.device == "cuda"
+    ((np.tanh(xc @ w) ** 2).sum() + (x * x).sum().cuda()).backward()
+    assert x.grad.device == "cpu" and w.grad.device == "cuda"
+    np.testing.assert_allclose(x.grad.numpy(), rx, rtol=1e-12)
+    np.testing.assert_allclose(w.grad.cpu().numpy(), rw, rtol=1e-12)
+
+    x, w = gj.tensor(xn, device="cuda", requires_grad=True), gj.tensor(wn, requires_grad=True)
+    loss = (np.tanh((x * 1.0).cpu() @ w) ** 2).sum() + (x * x).sum().cpu()
+    gx, gw = gj.autograd.grad(loss, [x, w])
+    assert gx.device == "cuda" and gw.device == "cpu"
+    np.testing.assert_allclose(gx.cpu().numpy(), rx, rtol=1e-12)
+    np.testing.assert_allclose(gw.numpy(), rw, rtol=1e-12)
+
+    x = gj.tensor(xn, requires_grad=True)
+    loss = (x.cuda() * 2.0).sum()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2.0)
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()

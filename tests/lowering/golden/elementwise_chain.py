@@ -4,6 +4,8 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from gradjit.lowering import fastmath_cpu as fm
+# gradjit.lowering.fastmath_cpu <sha>
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -16,7 +18,7 @@ def entry(v0, v1, consts):
         for i1 in range(16):
             t2 = v0[i0, i1] * v1[i1]  # %2:float64[8,16] = mul.Tensor(%0, %1)
             t3 = t2 + c0  # %3:float64[8,16] = add.Scalar(%2, other=<const>, alpha=<const>)
-            t4 = math.tanh(t3)  # %4:float64[8,16] = tanh.default(%3)
+            t4 = fm.tanh(t3)  # %4:float64[8,16] = tanh.default(%3)
             t5 = t4 - v0[i0, i1]  # %5:float64[8,16] = sub.Tensor(%4, %0, alpha=<const>)
             t6 = t5 * c1  # %6:float64[8,16] = mul.Scalar(%5, other=<const>)
             v6[i0, i1] = t6
