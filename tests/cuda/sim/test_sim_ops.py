@@ -2,10 +2,11 @@
 
 Runs only when ``NUMBA_ENABLE_CUDASIM=1`` was set before Numba was imported:
 ``tests/cuda/test_cuda_sim.py`` starts this module in such a subprocess (the
-main test process has Numba's real CUDA target loaded). Every representative
-op case of the gradcheck tables (one or more per op, every family) runs
-through ``gj.grad(..., device="cuda")`` and through the CPU; results agree to
-1e-10 (float64) / 1e-5 (float32) relative. Ops with no CUDA kernel must fail
+main test process has Numba's real CUDA target loaded). Every op of the
+gradcheck tables (the representative cases, and the first case of every other
+op name) runs through ``gj.grad(..., device="cuda")`` and through the CPU
+reference; results agree to 1e-10 relative in float64; the representative
+cases also in float32, to 1e-5. Ops with no CUDA kernel must fail
 with an error naming the op and the CUDA generator; ``CPU_ONLY`` lists them.
 Inputs are small (the simulator runs each GPU thread in Python).
 """
@@ -23,9 +24,17 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     import gradjit as gj
     from gradjit.runtime.coverage import cuda_cpu_only
     CPU_ONLY = cuda_cpu_only()
-    from tests.runtime.test_ops_gradcheck import REPS
+    from tests.runtime.test_ops_gradcheck import CASES, REPS
+    # Every op: the representative cases, plus the first case of every other op name.
+    _names = {c.name for c in REPS}
+    EXTRA = []
+    for _c in CASES:
+        if _c.name not in _names and "empty" not in _c.tag:
+            _names.add(_c.name)
+            EXTRA.append(_c)
 else:  # collected but skipped in the main process
-    REPS, CPU_ONLY = [], set()
+    REPS, EXTRA, CPU_ONLY = [], [], set()
+ALL = [(c, np.float64) for c in REPS + EXTRA] + [(c, np.float32) for c in REPS]
 
 
 # Eigen- and singular vectors are unique only up to sign; LAPACK (CPU) and the Jacobi
@@ -63,9 +72,16 @@ def _grads(case, arrays, W, device):
     return [np.asarray(g) for g in f(*arrays)]
 
 
-@pytest.mark.parametrize("case", REPS, ids=[c.id for c in REPS])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cuda_matches_cpu(case, dtype):
+@pytest.fixture
+def interpreted_cpu(monkeypatch):
+    """The CPU reference runs in the NumPy interpreter (no Numba compile per case; compiled
+    CPU code is checked against it by the main suite). CUDA graphs ignore the setting."""
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+
+
+@pytest.mark.parametrize("case,dtype", ALL,
+                         ids=[f"{np.dtype(d).name}-{c.id}" for c, d in ALL])
+def test_cuda_matches_cpu(case, dtype, interpreted_cpu):
     if dtype == np.float32 and case.name.startswith("linalg_"):
         pytest.skip("float32 linear algebra: covered by the PTX tests; the simulator is slow")
     arrays = case.arrays(dtype=dtype)
