@@ -66,9 +66,11 @@ def ptx_check(graph, cc=(9, 0)):
         shape if isinstance(shape, tuple) else (shape,), dtype))
 
     def shared(kind):
-        def launch(a, b, out):
-            k = getattr(cuda_device, f"{kind}_{'f32' if out.dtype == np.float32 else 'f64'}")
-            log.append((f"cm.{kind}", k, (a.nbtype(), b.nbtype(), out.nbtype())))
+        def launch(a, b, out):   # both the small-tile and the register-blocked kernel
+            t = "f32" if out.dtype == np.float32 else "f64"
+            for name in (f"{kind}_{t}", f"{kind}_big_{t}"):
+                log.append((f"cm.{name}", getattr(cuda_device, name),
+                            (a.nbtype(), b.nbtype(), out.nbtype())))
         return launch
 
     env = dict(vars(mod))

@@ -69,6 +69,11 @@ def _norm_argnums(argnums):
 
 
 class _Transformed:
+    def __new__(cls, fn=None, *args, **kwargs):
+        if fn is None:   # used as @gj.jit(device="cuda") / @gj.grad(argnums=1): a decorator
+            return functools.partial(cls, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, fn, static_argnums=(), device=None):
         self.fn = fn
         self.static = frozenset(_norm_argnums(static_argnums))

@@ -197,3 +197,23 @@ def test_device_copies_are_differentiable():
     np.testing.assert_allclose(x.grad.numpy(), 2.0)
     with pytest.raises(RuntimeError, match="second time"):
         loss.backward()
+
+
+def test_register_blocked_matmul_kernel():
+    """Products with >= cm.BIG outputs take the 64 x 64 register-blocked kernel (also with a
+    transposed operand and batched)."""
+    from numba import cuda
+
+    from gradjit.lowering import cuda_device as cm
+    rng = np.random.default_rng(3)
+    m, k, n = 128, 9, 128
+    assert m * n >= cm.BIG
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((n, k))
+    out = cuda.device_array((m, n))
+    cm.mm(cuda.to_device(A), cuda.to_device(B).T, out)
+    np.testing.assert_allclose(out.copy_to_host(), A @ B.T, rtol=1e-12, atol=1e-12)
+    A3 = rng.standard_normal((1, m, k)).astype(np.float32)
+    B3 = rng.standard_normal((1, k, n)).astype(np.float32)
+    o3 = cuda.device_array((1, m, n), np.float32)
+    cm.bmm(cuda.to_device(A3), cuda.to_device(B3), o3)
+    np.testing.assert_allclose(o3.copy_to_host(), A3 @ B3, rtol=1e-5, atol=1e-5)
