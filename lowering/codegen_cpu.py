@@ -17,6 +17,9 @@ Contract
   libm, so fused loops vectorise; ``GRADJIT_FAST_MATH=0`` (read per
   ``generate`` call) keeps ``math.<name>``, and emitters with ``fast_math``
   false (CUDA) always do.
+- Graphs with many loops (unrolled Python loops) outline each loop into a
+  shared function, identical loops sharing one (``codegen_cpu_outline.py``),
+  so compile time follows distinct structure, not graph length.
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
@@ -30,6 +33,7 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
+from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
@@ -319,8 +323,17 @@ def generate(graph, name="entry"):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph)
+    outliner = Outliner() if sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS else None
     for step in steps:
-        if isinstance(step, Loop):
+        if isinstance(step, Loop) and outliner is not None:
+            mark, par = len(e.lines), e.parallel
+            e.parallel = False
+            _loop(e, step, inline)
+            lines = e.lines[mark:]
+            del e.lines[mark:]
+            e.lines.append(outliner.call(lines, e.parallel))
+            e.parallel = par   # prange lives in the outlined function, not the entry
+        elif isinstance(step, Loop):
             _loop(e, step, inline)
         else:
             _stmt(e, step.node)
@@ -347,5 +360,6 @@ def generate(graph, name="entry"):
         f"def {name}({args}):",
     ]
     body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
-    src = "\n".join(header + body) + "\n"
+    shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
+    src = "\n".join(header[:-2]) + "\n" + "\n".join(shared) + "\n".join(header[-2:] + body) + "\n"
     return Generated(src, np.array(e.const_values, dtype=np.float64), e.parallel)
