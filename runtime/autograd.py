@@ -14,7 +14,7 @@ import numpy as np
 
 from gradjit.runtime.engine import run_backward
 from gradjit.tracer.registry import GradjitRuntimeError
-from gradjit.runtime.crossing import boundaries, moved, source
+from gradjit.runtime.crossing import moved, source
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor import Tensor
 
@@ -91,17 +91,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         wrt = _as_list(inputs)
         if not wrt:
             raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-    bnds = boundaries(roots)
-    proxies = {id(fn.boundary): fn for fn in bnds}
-    here = wrt if wrt is None or not bnds else wrt + [fn.boundary for fn in bnds]
-    here, grads, retained = run_backward(roots, seeds, here, retain_graph, create_graph)
     crossings = []
-    for t, g in zip(here, grads):
-        if g is None:
-            continue
-        if id(t) in proxies:
-            crossings.append((proxies[id(t)], g))
-        else:
+    wrt_out, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph,
+                                            crossings=crossings)
+    for t, g in zip(wrt_out, grads):
+        if g is not None:
             _accumulate(t, g)
     for t, g in retained:
         if t is not None and g is not None:
@@ -112,16 +106,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
                  inputs=wrt)
 
 
-def _grad_across(roots, seeds, wrt, bnds, retain_graph, create_graph):
-    """grad() when the graph crosses devices: this side's targets plus the boundary leaves,
-    then the chain rule through each copy, summed per input."""
-    n = len(wrt)
-    _, grads, _ = run_backward(roots, seeds, wrt + [fn.boundary for fn in bnds], retain_graph,
-                               create_graph, True)
-    out = [None if g is None else g if isinstance(g, Tensor) else Tensor(g) for g in grads[:n]]
-    live = [(fn, g) for fn, g in zip(bnds, grads[n:]) if g is not None]
-    for k, (fn, g) in enumerate(live):
-        last = k == len(live) - 1
+def _across(wrt, grads, crossings, retain_graph, create_graph):
+    """grad() through device copies: the chain rule through each copy, summed per input."""
+    out = [None if g is None else g if isinstance(g, Tensor) else Tensor(g) for g in grads]
+    for k, (fn, g) in enumerate(crossings):
+        last = k == len(crossings) - 1
         sub = grad([source(fn)], wrt, [moved(fn, g)], retain_graph if last else True,
                    create_graph, allow_unused=True)
         out = [a if b is None else b if a is None else a + b for a, b in zip(out, sub)]
@@ -150,20 +139,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                f"grad")
     if is_grads_batched and create_graph:
         raise NotImplementedError("is_grads_batched=True with create_graph=True is not supported")
-    bnds = boundaries(roots)
-    if bnds:
-        if is_grads_batched:
-            raise NotImplementedError("is_grads_batched=True through a device copy (.to/.cpu/"
-                                      ".cuda) is not supported")
-        grads = _grad_across(roots, seeds, wrt, bnds, retain_graph, create_graph)
-        if not allow_unused and any(g is None for g in grads):
-            i = next(k for k, g in enumerate(grads) if g is None)
-            raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
-                               f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
-                               f"the desired behavior.")
-    else:
-        _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
-                                   batched=is_grads_batched)
+    crossings = []
+    _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
+                               batched=is_grads_batched, crossings=crossings)
+    if crossings:
+        grads = _across(wrt, grads, crossings, retain_graph, create_graph)
+    if not allow_unused and any(g is None for g in grads):   # (checked here after crossings)
+        i = next(k for k, g in enumerate(grads) if g is None)
+        raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
+                           f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
+                           f"the desired behavior.")
     out = []
     for t, g in zip(wrt, grads):
         if g is None and materialize_grads:

@@ -2,9 +2,9 @@
 
 Contract
 - A device copy is a ``GradFn`` with a ``boundary`` leaf (tracer/tensor_device.py).
-  ``tracer/record.History`` stops there, so each device's graph compiles on its
-  own. ``boundaries(roots)`` lists the copies reachable from ``roots`` without
-  crossing one; ``proxies(...)`` their boundary leaves.
+  ``tracer/record.History`` stops there (recording it in ``History.cuts``), so
+  each device's graph compiles on its own; ``engine.run_backward(...,
+  crossings=[])`` reports the gradient that reaches each copy.
 - ``source(fn)``: a Tensor for the copy's input (the leaf itself, or a
   non-leaf view of the producing node's output), ``moved(fn, g)``: the
   gradient carried back to that input's device (a differentiable move when it
@@ -17,21 +17,6 @@ from __future__ import annotations
 
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor import Tensor
-
-
-def boundaries(roots):
-    seen, out = set(), []
-    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if fn.boundary is not None:
-            out.append(fn)
-            continue
-        stack.extend(e[0] for e in fn.edges if isinstance(e, tuple))
-    return out
 
 
 def source(fn):

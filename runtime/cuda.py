@@ -29,6 +29,7 @@ import numpy as np
 
 from gradjit.runtime.compiler import STATS, _import, _write_once, cache_dir, file_lock
 from gradjit.tracer.device import is_device_array
+from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
 from gradjit.tracer.registry import GradjitError
 
 STATS.setdefault("cuda_loads", 0)
@@ -143,11 +144,3 @@ def run_op(op_name, arrays, attrs):
         exe = _OPS[key] = (compile_graph_cuda(opt), consts)
     exe, consts = exe
     return exe(list(arrays) + consts)
-
-
-class _Spec:
-    """Shape and dtype of a device array, for tracing (no data crosses to the host)."""
-
-    def __init__(self, a):
-        self.shape, self.dtype = tuple(a.shape), np.dtype(a.dtype)
-        self.ndim = len(self.shape)

@@ -128,14 +128,22 @@ def _seed_array(s):
 
 
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
-                 allow_unused=True, batched=False):
+                 allow_unused=True, batched=False, crossings=None):
     """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
-    requires grad). Returns (wrt tensors, grads, [(retaining tensor, grad)])."""
+    requires grad). Returns (wrt tensors, grads, [(retaining tensor, grad)]). With a list
+    ``crossings``, the gradient reaching each device copy the graph ends at is appended to
+    it as (copy's GradFn, gradient), for the caller to carry across."""
     if retain_graph is None:
         retain_graph = create_graph
     hist = History(roots)
     if wrt_tensors is None:
-        wrt_tensors = [t for t in hist.leaves if t.requires_grad]
+        wrt_tensors = [t for t in hist.leaves if t.requires_grad and id(t) not in hist.cuts]
+    n_wrt = len(wrt_tensors)
+    if crossings is not None and hist.cuts:
+        if batched:
+            raise NotImplementedError("is_grads_batched=True through a device copy (.to/.cpu/"
+                                      ".cuda) is not supported")
+        wrt_tensors = list(wrt_tensors) + [fn.boundary for fn in hist.cuts.values()]
     wrt = [hist.addr(t) for t in wrt_tensors]
     present = list(dict.fromkeys(a for a in wrt if a is not None))
     retained = [(a, t) for a, t in hist.retained() if a not in present]
@@ -168,11 +176,16 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     if not retain_graph:
         hist.release()
     out = [None if a is None else by_addr[a] for a in wrt]
+    across = len(wrt_tensors) > n_wrt   # an unused input here may be reached across a copy
     for i, (t, g) in enumerate(zip(wrt_tensors, out)):
         if g is not None and t.grad_fn is None and t._hooks:
             out[i] = _hook_callback(t._hooks, create_graph)(g)[0]
-        if g is None and not allow_unused:
+        if g is None and not allow_unused and not across:
             raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
                                f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
                                f"the desired behavior.")
+    if across:
+        crossings.extend((hist.cuts[id(t)], g) for t, g in zip(wrt_tensors[n_wrt:], out[n_wrt:])
+                         if g is not None)
+        wrt_tensors, out = wrt_tensors[:n_wrt], out[:n_wrt]
     return wrt_tensors, out, [(t, by_addr[a]) for a, t in retained]

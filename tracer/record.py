@@ -42,8 +42,12 @@ def _cut(e):
 
 class History:
     def __init__(self, roots):
-        roots = [t.grad_fn.boundary if t.grad_fn is not None and t.grad_fn.boundary is not None
-                 else t for t in roots]
+        # Device copies met on the way ({id(proxy leaf): copy's GradFn}): this graph ends at
+        # them; runtime/autograd.py carries their gradients to the other device.
+        self.cuts = {id(t.grad_fn.boundary): t.grad_fn for t in roots
+                     if t.grad_fn is not None and t.grad_fn.boundary is not None}
+        roots = [t if t.grad_fn is None or t.grad_fn.boundary is None else t.grad_fn.boundary
+                 for t in roots]
         fns, stack = {}, [t.grad_fn for t in roots if t.grad_fn is not None]
         while stack:
             fn = stack.pop()
@@ -52,7 +56,11 @@ class History:
             if fn.freed:
                 raise RuntimeError(_FREED)
             fns[id(fn)] = fn
-            stack.extend(e[0] for e in map(_cut, fn.edges) if isinstance(e, tuple))
+            for e in fn.edges:
+                if isinstance(e, tuple) and e[0].boundary is not None:
+                    self.cuts[id(e[0].boundary)] = e[0]
+                elif isinstance(e, tuple):
+                    stack.append(e[0])
         self.order = order = sorted(fns.values(), key=lambda f: f.seq)
         self.pos = pos = {id(fn): j for j, fn in enumerate(order)}
         self.leaves, self.leaf_pos, self.stale = [], {}, {}
