@@ -27,6 +27,7 @@ Contract
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,11 +35,13 @@ import numpy as np
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
+from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
+ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Generated:
     source: str
     consts: np.ndarray
     parallel: bool
+    packs: tuple = ()   # (input positions, ...) per pack argument, after the loose inputs
 
 
 def _np_dtype(dt):
@@ -64,6 +68,7 @@ class _Emitter:
         self.graph = graph
         self.lines = []
         self.const_values = []
+        self.const_types = []   # numpy scalar type (source text) per consts slot
         self.layout = {}  # Value -> "C" | "F" | "A" for statement outputs (others are C)
         self.prologue = []
         self.parallel = False
@@ -77,6 +82,7 @@ class _Emitter:
         dtype = np.result_type(np.dtype(dtype), value) if not isinstance(value, bool) else np.dtype(dtype)
         k = len(self.const_values)
         self.const_values.append(float(value))
+        self.const_types.append(_np_dtype(dtype))
         self.prologue.append(f"    c{k} = {_np_dtype(dtype)}(consts[{k}])")
         return f"c{k}"
 
@@ -319,24 +325,42 @@ def helper_stamps(import_lines):
     return out
 
 
-def generate(graph, name="entry"):
+def generate(graph, name="entry", pack_inputs=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph)
-    outliner = Outliner() if sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS else None
+    blocks = []
     for step in steps:
-        if isinstance(step, Loop) and outliner is not None:
-            mark, par = len(e.lines), e.parallel
-            e.parallel = False
+        mark, par = len(e.lines), e.parallel
+        e.parallel = False
+        if isinstance(step, Loop):
             _loop(e, step, inline)
-            lines = e.lines[mark:]
-            del e.lines[mark:]
-            e.lines.append(outliner.call(lines, e.parallel))
-            e.parallel = par   # prange lives in the outlined function, not the entry
-        elif isinstance(step, Loop):
-            _loop(e, step, inline)
+            defs = {v.id for n in step.nodes for v in n.outputs}
         else:
             _stmt(e, step.node)
+            defs = {v.id for v in step.node.outputs}
+        blocks.append(Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop)))
+        del e.lines[mark:]
+        e.parallel = par
+    if len(steps) >= ROLL_MIN_STEPS:
+        values = {v.id: v for v in graph.inputs}
+        values.update((v.id, v) for n in graph.nodes for v in n.outputs)
+        blocks, packs = roll(blocks, values, [v.id for v in graph.outputs], e.layout,
+                             e.const_types, [v.id for v in graph.inputs], pack_inputs)
+    else:
+        packs = []
+    loose = sum(isinstance(b, Block) and b.is_loop for b in blocks)
+    outliner = Outliner() if loose >= OUTLINE_MIN_LOOPS else None
+    for b in blocks:
+        if outliner is not None and isinstance(b, Block) and b.is_loop:
+            e.lines.append(outliner.call(b.lines, b.parallel))   # prange lives in the callee
+        else:
+            e.lines.extend(b.lines)
+            e.parallel |= b.parallel
+    # Constants are loaded in the prologue only where a line still reads them (a rolled
+    # loop reads its per-iteration constants inside the loop).
+    used = set(re.findall(r"\bc(\d+)\b", "\n".join(ln.split("  # ")[0] for ln in e.lines)))
+    e.prologue = [ln for k, ln in enumerate(e.prologue) if str(k) in used]
     # Results must never share memory with the caller's arrays: copy inputs and views
     # of inputs (reshape/transpose/slice statements return views) when returned.
     aliases = set(graph.inputs)
@@ -344,7 +368,11 @@ def generate(graph, name="entry"):
         if node.op in _VIEW_OPS and node.inputs[0] in aliases:
             aliases.update(node.outputs)
     rets = [f"v{v.id}.copy()" if v in aliases and v.ndim else f"v{v.id}" for v in graph.outputs]
-    args = ", ".join([f"v{v.id}" for v in graph.inputs] + ["consts"])
+    packed = {n: (name, k) for name, ids in packs for k, n in enumerate(ids)}
+    args = ", ".join([f"v{v.id}" for v in graph.inputs if v.id not in packed]
+                     + [name for name, _ in packs] + ["consts"])
+    named = set(re.findall(r"\bv(\d+)\b", "\n".join(ln.split("  # ")[0] for ln in e.lines + rets)))
+    e.prologue += [f"    v{n} = {name}[{k}]" for n, (name, k) in packed.items() if str(n) in named]
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',
         "import math",
@@ -362,4 +390,6 @@ def generate(graph, name="entry"):
     body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
     src = "\n".join(header[:-2]) + "\n" + "\n".join(shared) + "\n".join(header[-2:] + body) + "\n"
-    return Generated(src, np.array(e.const_values, dtype=np.float64), e.parallel)
+    pos = {v.id: i for i, v in enumerate(graph.inputs)}
+    return Generated(src, np.array(e.const_values, dtype=np.float64), e.parallel,
+                     tuple(tuple(pos[n] for n in ids) for _, ids in packs))

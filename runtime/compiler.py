@@ -156,6 +156,34 @@ class Executable:
         return [r if d is None else np.asarray(r, d) for r, d in zip(res, self.out_dtypes)]
 
 
+class PackedExecutable(Executable):
+    """A compiled graph whose entry reads runs of same-shaped inputs (one per iteration of
+    a rolled loop) as one stacked array: they are packed here, per call."""
+
+    __slots__ = ("loose", "packs", "pack_shapes")
+
+    def __init__(self, fn, consts, graph, source, packs):
+        super().__init__(fn, consts, graph, source)
+        packed = {i for p in packs for i in p}
+        self.loose = tuple(i for i in range(len(graph.inputs)) if i not in packed)
+        self.packs = packs
+        self.pack_shapes = tuple((len(p),) + graph.inputs[p[0]].shape for p in packs)
+
+    def __call__(self, arrays):
+        ins = self.graph.inputs
+        args = [np.array(arrays[i], dtype=ins[i].dtype, order="C", copy=None)
+                for i in self.loose]
+        args = [a[()] if s else a for a, s in zip(args, (self.scalar_in[i] for i in self.loose))]
+        for p, shape in zip(self.packs, self.pack_shapes):
+            dt = ins[p[0]].dtype
+            if len(shape) == 1:
+                args.append(np.array([arrays[i] for i in p], dtype=dt))
+            else:
+                args.append(np.concatenate([arrays[i] for i in p], dtype=dt).reshape(shape))
+        res = self.fn(*args, self.consts)
+        return res if self.plain_out else self.finish(res)
+
+
 class Interpreted:
     """``GRADJIT_EXECUTOR=numpy``: run the graph op by op in NumPy."""
 
@@ -172,9 +200,16 @@ def compile_graph(graph, batched=None):
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
     if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
-    gen = generate(graph)
+    gen = generate(graph, pack_inputs=batched is None)
     types = [_numba_type(v) for v in graph.inputs]
     consts_t = numba.types.Array(numba.float64, 1, "C")
+    if batched is None and gen.packs:
+        packed = {i for p in gen.packs for i in p}
+        types = [t for i, t in enumerate(types) if i not in packed] + [
+            numba.types.Array(numba.from_dtype(graph.inputs[p[0]].dtype),
+                              graph.inputs[p[0]].ndim + 1, "C") for p in gen.packs]
+        return PackedExecutable(load(gen.source, tuple(types) + (consts_t,)), gen.consts, graph,
+                                gen.source, gen.packs)
     if batched is None:
         return Executable(load(gen.source, tuple(types) + (consts_t,)), gen.consts, graph,
                           gen.source)

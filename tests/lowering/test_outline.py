@@ -2,14 +2,22 @@
 
 Counters, not clocks: the number of distinct shared functions in the generated module
 does not grow with the number of unrolled steps, and the outlined code computes the
-same gradient as the NumPy reference interpreter.
+same gradient as the NumPy reference interpreter. Outlining is the fallback for large
+graphs that loop rolling (``test_roll.py``) cannot roll, so rolling is switched off here.
 """
 import numpy as np
+import pytest
 
 import gradjit as gj
+from gradjit.lowering import codegen_cpu
 from gradjit.lowering.codegen_cpu import generate
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS
 from gradjit.lowering.passes import optimize
+
+
+@pytest.fixture(autouse=True)
+def _no_rolling(monkeypatch):
+    monkeypatch.setattr(codegen_cpu, "ROLL_MIN_STEPS", 10 ** 9)
 
 
 def _rnn(T, hidden=4, seed=0):

@@ -1,0 +1,186 @@
+"""Loop rolling: an unrolled Python loop compiles as one ``for`` loop over its step.
+
+Counters, not clocks: the generated entry's size does not grow with the number of
+unrolled steps, each rolled body appears once, a gradient compiles once, and rolled
+code computes what the NumPy reference interpreter computes (forward and adjoint
+loops, carries, per-step inputs, per-step constants, accumulated losses, float32).
+"""
+import re
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.lowering.codegen_cpu import generate
+from gradjit.lowering.passes import optimize
+
+
+def _rnn_args(T, hidden=5, inp=3, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    ws = [rng.standard_normal((inp, hidden)) / 2, rng.standard_normal((hidden, hidden)) / 3,
+          0.1 * rng.standard_normal(hidden), 0.1 * rng.standard_normal((1, hidden))]
+    xs = [rng.standard_normal((1, inp)) for _ in range(T)]
+    return [a.astype(dtype) for a in ws + xs]
+
+
+def rnn_args_loss(Wx, Wh, b, h, *xs):
+    for x in xs:   # a Python loop: unrolled by tracing
+        h = np.tanh(x @ Wx + h @ Wh + b)
+    return (h * h).sum()
+
+
+def rnn_stacked_loss(Wx, Wh, b, h, X):
+    for t in range(X.shape[0]):   # per-step slices of one array: literal indices vary
+        h = np.tanh(X[t] @ Wx + h @ Wh + b)
+    return (h * h).sum()
+
+
+def rnn_running_loss(Wx, Wh, b, h, *xs):
+    loss = 0.0
+    for t, x in enumerate(xs):   # a scalar carry, and a constant that changes per step
+        h = np.tanh(x @ Wx + h @ Wh + b) * (1.0 + 0.01 * t)
+        loss = loss + (h * h).sum()
+    return loss
+
+
+def rnn_two_layer_loss(Wx, Wh, b, h, *xs):
+    g = h
+    for x in xs:
+        u = np.sin(x)   # a value of its own per step, computed before it is used
+        h = np.tanh(u @ Wx + h @ Wh + b)
+        g = np.tanh(h @ Wh + g @ Wh.T - b)
+    return (g * h).mean()
+
+
+def _source(loss, args, argnums=(0, 1, 2)):
+    f = gj.grad(loss, argnums=argnums)
+    g, call_args, arg_values = f._trace(args)
+    f._trace_body(g, call_args, arg_values)
+    return generate(optimize(g), pack_inputs=True).source
+
+
+def _entry_lines(src):
+    body = src[src.index("def entry"):]
+    return [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def _shape_free(lines):
+    """Entry lines with ids, literals and step counts blanked: the structure alone."""
+    return [re.sub(r"\d+", "#", ln.split("  # ")[0]) for ln in lines]
+
+
+def _check(loss, args, argnums=(0, 1, 2), monkeypatch=None, rtol=1e-12):
+    got = gj.grad(loss, argnums=argnums)(*args)
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    want = gj.grad(loss, argnums=argnums)(*args)
+    monkeypatch.delenv("GRADJIT_EXECUTOR")
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * 1e-2)
+
+
+def test_entry_size_does_not_grow_with_steps():
+    src30 = _source(rnn_args_loss, _rnn_args(30))
+    src100 = _source(rnn_args_loss, _rnn_args(100))
+    assert src100.count("# rolled:") == 2   # the forward loop and the adjoint loop
+    assert _shape_free(_entry_lines(src30)) == _shape_free(_entry_lines(src100))
+    assert len(_entry_lines(src100)) < 200
+    assert "def loop" not in src100   # nothing left for the outliner
+    # The 100 per-step inputs arrive as one packed argument, not 100 arguments.
+    assert re.search(r"def entry\(v0, v1, v2, v3, v\d+, P0, consts\)", src100)
+
+
+def test_rolled_gradient_compiles_once_and_matches_interpreter(monkeypatch):
+    args = _rnn_args(40, hidden=7)   # shapes no other test compiles
+    gj.reset_stats()
+    f = gj.grad(rnn_args_loss, argnums=(0, 1, 2))
+    f(*args)
+    f(*_rnn_args(40, hidden=7, seed=1))
+    st = gj.stats()
+    assert st["compiles"] + st["disk_hits"] == 1 and st["memory_hits"] == 0
+    _check(rnn_args_loss, args, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("loss, make", [
+    (rnn_stacked_loss, lambda: _rnn_args(1)[:4] + [np.random.default_rng(3).standard_normal((36, 1, 3))]),
+    (rnn_running_loss, lambda: _rnn_args(36)),
+    (rnn_two_layer_loss, lambda: _rnn_args(36)),
+])
+def test_rolled_variants_match_interpreter(loss, make, monkeypatch):
+    args = make()
+    assert "# rolled:" in _source(loss, args)
+    _check(loss, args, monkeypatch=monkeypatch)
+
+
+def test_rolled_gradient_wrt_per_step_inputs(monkeypatch):
+    args = _rnn_args(36)
+    src = _source(rnn_args_loss, args, argnums=tuple(range(len(args))))
+    assert "# rolled:" in src
+    _check(rnn_args_loss, args, argnums=tuple(range(len(args))), monkeypatch=monkeypatch)
+    X = np.random.default_rng(4).standard_normal((36, 1, 3))
+    _check(rnn_stacked_loss, args[:4] + [X], argnums=(0, 1, 4), monkeypatch=monkeypatch)
+
+
+def test_rolled_float32(monkeypatch):
+    args = _rnn_args(36, dtype=np.float32)
+    assert "# rolled:" in _source(rnn_running_loss, args)
+    _check(rnn_running_loss, args, monkeypatch=monkeypatch, rtol=2e-4)
+
+
+def test_rolled_value_and_jit(monkeypatch):
+    args = _rnn_args(36)
+    v, g = gj.value_and_grad(rnn_args_loss, argnums=(1,))(*args)
+    np.testing.assert_allclose(v, rnn_args_loss(*args), rtol=1e-12)
+    np.testing.assert_allclose(gj.jit(rnn_args_loss)(*args), rnn_args_loss(*args), rtol=1e-12)
+
+
+def test_rolled_batched_jacobian():
+    # Batched entries keep every input an argument (no packs): the rolled loop reads a tuple.
+    args = _rnn_args(36, hidden=3)
+    J = gj.jacrev(lambda b: rnn_args_loss(args[0], args[1], b, *args[3:]))(args[2])
+    eps = 1e-6
+    fd = [(rnn_args_loss(args[0], args[1], args[2] + eps * e, *args[3:])
+           - rnn_args_loss(args[0], args[1], args[2] - eps * e, *args[3:])) / (2 * eps)
+          for e in np.eye(3)]
+    np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_rolled_tensor_mode_backward(monkeypatch):
+    args = _rnn_args(36)
+    ts = [gj.tensor(a, requires_grad=i < 3) for i, a in enumerate(args)]
+    rnn_running_loss(*ts).backward()
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    ts2 = [gj.tensor(a, requires_grad=i < 3) for i, a in enumerate(args)]
+    rnn_running_loss(*ts2).backward()
+    for a, b in zip(ts[:3], ts2[:3]):
+        np.testing.assert_allclose(np.asarray(a.grad), np.asarray(b.grad), rtol=1e-12)
+
+
+def test_unrollable_steps_fall_back_to_outlining(monkeypatch):
+    # Step t reads X[perm[t]]: the index is not affine in t, so the forward steps do not
+    # roll and the outliner shares one function per distinct fused loop among them; the
+    # adjoint steps (no slicing: X needs no gradient) still roll, reading the forward's
+    # values through a tuple.
+    perm = [int(p) for p in np.random.default_rng(6).permutation(30)]
+
+    def loss(Wx, Wh, b, h, X):
+        for t in range(30):
+            h = np.tanh(X[perm[t]] @ Wx + h @ Wh + b)
+        return (h * h).sum()
+    args = _rnn_args(1)[:4] + [np.random.default_rng(5).standard_normal((30, 1, 3))]
+    src = _source(loss, args)
+    assert src.count("# rolled:") == 1 and "def loop" in src
+    _check(loss, args, monkeypatch=monkeypatch)
+
+
+def test_rolled_loop_reads_earlier_values_through_a_tuple(monkeypatch):
+    # X[(t * t) % 7] repeats rows: tracing shares the slices (CSE), so the rolled steps
+    # read values computed before the loop, in no affine order: a tuple of them.
+    def loss(Wx, Wh, b, h, X):
+        for t in range(30):
+            h = np.tanh(X[(t * t) % 7] @ Wx + h @ Wh + b)
+        return (h * h).sum()
+    args = _rnn_args(1)[:4] + [np.random.default_rng(5).standard_normal((7, 1, 3))]
+    src = _source(loss, args)
+    assert "# rolled:" in src and re.search(r"X\d+_\d+ = \(", src)
+    _check(loss, args, monkeypatch=monkeypatch)
+    _check(loss, args, argnums=(0, 4), monkeypatch=monkeypatch)
