@@ -44,6 +44,15 @@ PARALLEL_MIN = 1 << 18
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 
 
+class SignatureMismatch(TypeError):
+    """Raised by a generated entry called with argument shapes it was not generated for
+    (its loops have the shapes baked in). A TypeError, like Numba's own rejection of other
+    argument types, so callers fall back to their signature lookup on either."""
+
+
+_GUARD_MSG = "gradjit: argument shapes differ from the ones this function was compiled for"
+
+
 @dataclass
 class Generated:
     source: str
@@ -373,6 +382,12 @@ def generate(graph, name="entry", pack_inputs=False):
                      + [name for name, _ in packs] + ["consts"])
     named = set(re.findall(r"\bv(\d+)\b", "\n".join(ln.split("  # ")[0] for ln in e.lines + rets)))
     e.prologue += [f"    v{n} = {name}[{k}]" for n, (name, k) in packed.items() if str(n) in named]
+    guards = [f"v{v.id}.shape != {tuple(v.shape)}" for v in graph.inputs
+              if v.ndim and v.id not in packed]
+    if guards:
+        e.prologue[:0] = [f"    if {' or '.join(guards)}:",
+                          f"        raise SignatureMismatch({_GUARD_MSG!r})"]
+        e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',
         "import math",

@@ -149,9 +149,11 @@ class _Roller:
         self.inputs, self.pack_inputs = set(inputs), pack_inputs
         self.packs = []           # (name, [input value ids]) the runtime stacks per call
         self.why = []             # why candidate runs were not rolled
+        self.by_name = set()      # ids rolled loops read by name (invariants, carry starts)
         self.stacks = {}          # value id -> (stack name, index) for values of rolled runs
         self.in_run = [None] * len(blocks)
         self.readers = {}         # value id -> block indices that read it
+        self.loop_defs = set().union(*(b.defs for b in blocks if b.is_loop)) if blocks else set()
         for b, blk in enumerate(blocks):
             for _, num in ((m.group(1), int(m.group(2))) for c in map(_code, blk.lines)
                            for m in _NAME.finditer(c) if m.group(1) != "c"):
@@ -215,6 +217,8 @@ class _Roller:
         for j in range(len(its[0].slots)):
             if _affine([it.slots[j] for it in its]) is None:
                 return self._fail("a constant slot that is not affine in the iteration")
+            if len({self.const_types[it.slots[j]] for it in its}) != 1:
+                return self._fail("a constant slot whose type changes with the iteration")
         for j in range(len(its[0].lits)):
             if _affine([it.lits[j] for it in its]) is None:
                 return self._fail("an integer literal that is not affine in the iteration")
@@ -234,8 +238,8 @@ class _Roller:
     def _same_type(self, n, m):
         """A carry's value and its initial value have one Numba type (layout included)."""
         v, w = self.values.get(n), self.values.get(m)
-        return v is not None and w is not None and (v.ndim == 0 or (
-            self.layouts.get(v, "C") == self.layouts.get(w, "C") != "A"))
+        return v is not None and w is not None and v.dtype == w.dtype and v.ndim == w.ndim and (
+            v.ndim == 0 or self.layouts.get(v, "C") == self.layouts.get(w, "C") != "A")
 
     def _storable(self, n):
         v = self.values.get(n)
@@ -252,7 +256,7 @@ class _Roller:
         if any(n in self.stacks or n not in self.values for n in ids):
             return None
         vs = [self.values[n] for n in ids]
-        sig = {(v.shape, str(v.dtype), self.layouts.get(v, "C")) for v in vs}
+        sig = {(v.shape, str(v.dtype)) for v in vs}   # layouts: made C where unsure (_emit)
         if len(sig) != 1:
             return None
         if self.pack_inputs and len(set(ids)) == len(ids) and all(n in self.inputs for n in ids):
@@ -282,6 +286,10 @@ class _Roller:
                 exports[j] = f"S{r}_{j}"
                 for kk, n in enumerate(ids):
                     self.stacks[n] = (exports[j], kk)
+            elif kd[0] in ("inv", "carry"):
+                self.by_name.add(ids[0])     # read by its name in the entry: must exist there
+            elif kd[0] == "import" and kd[1][0] == "tuple":
+                self.by_name.update(kd[1][1])
         for b in range(lo, hi):
             self.in_run[b] = r
         return exports
@@ -307,7 +315,7 @@ class _Roller:
                     else:
                         tail.extend(_copy_into(f"{s}[{k}", f"v{n0}_", v.shape))
                     for kk, n in enumerate(ids):
-                        if n in self.out_ids or any(
+                        if n in self.out_ids or n in self.by_name or any(
                                 self.in_run[b] is None and (b < lo or b >= hi)
                                 for b in self.readers.get(n, ())):
                             post.append(f"    v{n} = {s}[{kk}]")
@@ -327,7 +335,12 @@ class _Roller:
                     head.append(f"        v{n0}_ = {src[1]}[{a} + {b} * {k}]")
                 else:
                     t = f"X{r}_{j}"
-                    pre.append(f"    {t} = ({', '.join(f'v{n}' for n in src[1])},)")
+                    # Statement outputs may be F-ordered whatever the layout record says
+                    # (LAPACK results): one layout, or the tuple cannot be indexed by k.
+                    elems = [f"v{n}" if n in self.inputs or n in self.loop_defs
+                             or not self.values[n].ndim else f"np.ascontiguousarray(v{n})"
+                             for n in src[1]]
+                    pre.append(f"    {t} = ({', '.join(elems)},)")
                     head.append(f"        v{n0}_ = {t}[{k}]")
         crename = {}
         for j, c0 in enumerate(it0.slots):

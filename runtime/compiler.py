@@ -34,7 +34,7 @@ import numpy as np
 from numba.core.errors import NumbaPerformanceWarning
 
 from gradjit.lowering.codegen_batched import batched_source
-from gradjit.lowering.codegen_cpu import generate
+from gradjit.lowering.codegen_cpu import SignatureMismatch, generate
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
@@ -171,8 +171,7 @@ class PackedExecutable(Executable):
 
     def __call__(self, arrays):
         ins = self.graph.inputs
-        args = [np.array(arrays[i], dtype=ins[i].dtype, order="C", copy=None)
-                for i in self.loose]
+        args = [_c_array(arrays[i], ins[i].dtype) for i in self.loose]
         args = [a[()] if s else a for a, s in zip(args, (self.scalar_in[i] for i in self.loose))]
         for p, shape in zip(self.packs, self.pack_shapes):
             dt = ins[p[0]].dtype
@@ -182,6 +181,25 @@ class PackedExecutable(Executable):
                 args.append(np.concatenate([arrays[i] for i in p], dtype=dt).reshape(shape))
         res = self.fn(*args, self.consts)
         return res if self.plain_out else self.finish(res)
+
+    def fast(self, *xs):
+        """The transforms' hot path: ``xs`` are the graph inputs then ``consts``. Packs
+        are checked for shape (the entry guards only its own arguments); anything that does
+        not fit raises a TypeError and the caller takes the slow path (``__call__``)."""
+        args = [xs[i] for i in self.loose]
+        for p, shape in zip(self.packs, self.pack_shapes):
+            part = [xs[i] for i in p]
+            for a in part:
+                if getattr(a, "shape", None) != shape[1:]:
+                    raise SignatureMismatch("gradjit: a packed argument's shape differs")
+            args.append(np.concatenate(part).reshape(shape))
+        return self.fn(*args, xs[-1])
+
+
+def _c_array(a, dt):
+    """``a`` as a writable C-contiguous array of ``dt`` (no copy when it already is one)."""
+    a = np.array(a, dtype=dt, order="C", copy=None)
+    return a if a.flags.writeable else a.copy()
 
 
 class Interpreted:

@@ -20,7 +20,7 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
-from gradjit.runtime.compiler import Executable, compile_graph
+from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -81,6 +81,7 @@ class _Transformed:
         if self.device == "cuda":
             require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
         self._compiled = {}
+        self._hot = None   # (dispatcher, trailing args, unpack or None) of the last signature
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 
     def _signature(self, args):
@@ -95,21 +96,30 @@ class _Transformed:
         return tuple(sig)
 
     def __call__(self, *args):
-        # Hot path: a signature lookup and the call. Anything unusual (static or
-        # non-array arguments, tracers, a first call) goes the slow way.
-        if not self.static:
+        # Hot path: the compiled function of the last signature, called straight away. Numba
+        # rejects other types and the generated entry rejects other shapes, both with a
+        # TypeError (SignatureMismatch), and anything unusual goes the slow way.
+        hot = self._hot
+        if hot is not None:
             try:
-                entry = self._compiled.get(tuple([(a.shape, a.dtype) for a in args]))
-            except AttributeError:
-                entry = None
-            if entry is not None and entry[0].__class__ is Executable and entry[0].plain_in:
-                exe, consts, tree = entry
-                try:  # straight into the Numba dispatcher; it rejects what does not fit
-                    res = exe.fn(*args, *consts, exe.consts)
-                except TypeError:
-                    return self._call_slow(args)
-                return self._unpack(tree, res if exe.plain_out else exe.finish(res))
+                res = hot[0](*args, *hot[1])
+            except TypeError:
+                return self._call_slow(args)
+            return res if hot[2] is None else hot[2](res)
         return self._call_slow(args)
+
+    def _make_hot(self, entry):
+        exe, consts, tree = entry
+        packed = exe.__class__ is PackedExecutable and all(len(s) > 1 for s in exe.pack_shapes)
+        if (exe.__class__ is not Executable and not packed) or not exe.plain_in or self.static:
+            return None
+        direct = exe.plain_out and self._identity_unpack()
+        unpack = None if direct else (
+            lambda res: self._unpack(tree, res if exe.plain_out else exe.finish(res)))
+        return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack
+
+    def _identity_unpack(self):
+        return False
 
     def _call_slow(self, args):
         if any(isinstance(a, Tracer) for a in args):
@@ -121,6 +131,7 @@ class _Transformed:
             raise TypeError(f"{self.__name__}: static arguments must be hashable") from None
         if entry is None:
             entry = self._compiled[sig] = self._build(args)
+        self._hot = self._make_hot(entry)
         exe, consts, tree = entry
         if self.device == "cuda":
             return self._call_cuda(exe, consts, tree, args)
@@ -224,6 +235,10 @@ class value_and_grad(_Transformed):
         value, grads = self._differentiate(call_args)
         flat = [grads] if self.single else list(grads)
         g.outputs = ([value.value] if self.with_value else []) + [t.value for t in flat]
+
+    def _identity_unpack(self):
+        # grad with a tuple of argnums returns Numba's result tuple as it is
+        return not self.with_value and not self.single
 
     def _unpack(self, tree, results):
         if self.with_value:

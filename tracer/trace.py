@@ -137,14 +137,39 @@ def trace(args, name="jit"):
 
 
 def flatten_output(graph, out):
-    if isinstance(out, (tuple, list)):
-        vals = [_as_tracer(graph, o).value for o in out]
-        return vals, (type(out).__name__, len(out))
+    """``(values, tree)``: the leaves of a result made of tuples, lists and dicts (nested),
+    in order, and the structure to rebuild it; a leaf is a tracer, array or scalar."""
+    if isinstance(out, (tuple, list, dict)):
+        vals = []
+        return vals, _flatten(graph, out, vals)
     return [_as_tracer(graph, out).value], "single"
+
+
+def _flatten(graph, out, vals):
+    if isinstance(out, dict):
+        return ("dict", [(k, _flatten(graph, v, vals)) for k, v in out.items()])
+    if isinstance(out, (tuple, list)):
+        return (type(out).__name__, [_flatten(graph, o, vals) for o in out])
+    x = out if isinstance(out, Tracer) else np.asarray(out)
+    if not isinstance(x, Tracer) and x.dtype == object:
+        raise TypeError(f"{graph.name}: a traced function must return arrays, numbers, or tuples, "
+                        f"lists and dicts of them; got {type(out).__name__}")
+    vals.append(_as_tracer(graph, x).value)
+    return None
 
 
 def unflatten_output(tree, items):
     if tree == "single":
         return items[0]
-    kind, _ = tree
-    return tuple(items) if kind == "tuple" else list(items)
+    it = iter(items)
+    return _unflatten(tree, it)
+
+
+def _unflatten(tree, it):
+    if tree is None:
+        return next(it)
+    kind, parts = tree
+    if kind == "dict":
+        return {k: _unflatten(t, it) for k, t in parts}
+    seq = [_unflatten(t, it) for t in parts]
+    return tuple(seq) if kind == "tuple" else seq

@@ -184,3 +184,98 @@ def test_rolled_loop_reads_earlier_values_through_a_tuple(monkeypatch):
     assert "# rolled:" in src and re.search(r"X\d+_\d+ = \(", src)
     _check(loss, args, monkeypatch=monkeypatch)
     _check(loss, args, argnums=(0, 4), monkeypatch=monkeypatch)
+
+
+# -- corner cases found in review: each one compiled wrongly or not at all before --------------
+def _same_as_numpy(f, *args):
+    np.testing.assert_allclose(gj.jit(f)(*args), f(*args), rtol=1e-12)
+
+
+def test_stored_value_read_by_name_in_a_later_loop():
+    rng = np.random.default_rng(7)
+    W = rng.standard_normal((4, 4)) / 3
+    xs = [rng.standard_normal((1, 4)) for _ in range(20)]
+
+    def as_invariant(W, *xs):
+        h, hs = np.zeros((1, 4)) + 0.1, []
+        for x in xs:
+            h = np.tanh(h @ W + x)
+            hs.append(h)
+        g = h
+        for x in xs:
+            g = np.sin(g @ W + hs[3])   # the same stored value in every step
+        return (g * g).sum() + (h * h).sum()
+
+    def as_carry_start(W, *xs):
+        h, hs = np.zeros((1, 4)) + 0.1, []
+        for x in xs:
+            h = np.tanh(h @ W + x)
+            hs.append(h)
+        g = hs[3]                       # a stored value starts the second loop's carry
+        for x in xs:
+            g = np.sin(g @ W.T + x)
+        return (g * g).sum() + (h * h).sum()
+    _same_as_numpy(as_invariant, W, *xs)
+    _same_as_numpy(as_carry_start, W, *xs)
+
+
+def test_carry_start_of_another_type():
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal((1, 4)) for _ in range(20)]
+
+    def dtype_changes(W, h, *xs):   # float32 start, float64 steps
+        for x in xs:
+            h = np.tanh(h + x @ W)
+        return (h * h).sum()
+
+    def ndim_changes(W, h, *xs):    # (4,) start, (1, 4) steps
+        for x in xs:
+            h = np.tanh((h.reshape(2, 2) @ W).reshape(1, 4) + x)
+        return (h * h).sum()
+    _same_as_numpy(dtype_changes, rng.standard_normal((4, 4)) / 3,
+                   rng.standard_normal((1, 4)).astype(np.float32), *xs)
+    _same_as_numpy(ndim_changes, rng.standard_normal((2, 2)) / 2, rng.standard_normal(4), *xs)
+
+
+def test_constant_slot_type_changes_with_the_step():
+    rng = np.random.default_rng(9)
+
+    def f(W, h, s, *xs):
+        for x in xs:
+            h = np.tanh(h @ W)
+            s = (x + h.sum() * 1e-30) + (s == 0.1) * 1.0   # s is float32 at first only
+        return s
+    args = [rng.standard_normal((4, 4)) / 3, rng.standard_normal((1, 4)) / 3,
+            np.asarray(np.float32(0.0))] + [np.asarray(0.1)] * 25
+    _same_as_numpy(f, *args)
+
+
+def test_per_step_values_of_mixed_layouts_through_a_tuple():
+    rng = np.random.default_rng(10)
+    pat = [0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0, 1, 1, 0, 1, 0]
+
+    def f(W, *Ms):   # LAPACK results (F-ordered) and products (C) feed one loop
+        As = [np.linalg.inv(M) if p else M @ M for p, M in zip(pat, Ms)]
+        h = np.zeros((1, 4)) + 0.1
+        for A in As:
+            h = np.tanh(h @ W @ A)
+        return (h * h).sum()
+    Ms = [np.eye(4) * 2 + 0.1 * rng.standard_normal((4, 4)) for _ in pat]
+    _same_as_numpy(f, rng.standard_normal((4, 4)) / 3, *Ms)
+
+
+def test_packed_call_with_read_only_and_wrong_shaped_arguments():
+    args = _rnn_args(30)
+    g = gj.grad(rnn_args_loss, argnums=(0, 1, 2))
+    want = g(*args)
+    ro = [a.copy() for a in args]
+    for a in ro:
+        a.setflags(write=False)
+    for a, b in zip(g(*ro), want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    # Same sizes, other shapes for the per-step inputs: a new signature, not a silent reshape.
+    flat = args[:4] + [x.reshape(3, 1) for x in args[4:]]
+    with pytest.raises(Exception):
+        g(*flat)   # (3, 1) @ (3, 5) does not multiply: traced anew, the shape error is raised
+    for a, b in zip(g(*args), want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

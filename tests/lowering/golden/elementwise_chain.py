@@ -5,11 +5,14 @@ import numba
 import numpy as np
 from numba import prange
 from gradjit.lowering import fastmath_cpu as fm
+from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.fastmath_cpu <sha>
 
 
 @numba.njit(cache=True, error_model="numpy")
 def entry(v0, v1, consts):
+    if v0.shape != (8, 16) or v1.shape != (16,):
+        raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')
     c0 = np.float64(consts[0])
     c1 = np.float64(consts[1])
     # loop over (8, 16): %2, %3, %4, %5, %6

@@ -4,10 +4,13 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from gradjit.lowering.codegen_cpu import SignatureMismatch
 
 
 @numba.njit(cache=True, error_model="numpy")
 def entry(v0, v1, consts):
+    if v0.shape != (8, 16) or v1.shape != (8, 16):
+        raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')
     # loop over (8, 16): %2, %3, %4
     v4 = np.full((8,), 0.0, np.float64)
     for i0 in range(8):
