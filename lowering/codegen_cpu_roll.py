@@ -153,7 +153,7 @@ class _Roller:
         self.stacks = {}          # value id -> (stack name, index) for values of rolled runs
         self.in_run = [None] * len(blocks)
         self.readers = {}         # value id -> block indices that read it
-        self.loop_defs = set().union(*(b.defs for b in blocks if b.is_loop)) if blocks else set()
+        self.loop_defs = set().union(*(b.defs for b in blocks if b.is_loop))
         for b, blk in enumerate(blocks):
             for _, num in ((m.group(1), int(m.group(2))) for c in map(_code, blk.lines)
                            for m in _NAME.finditer(c) if m.group(1) != "c"):

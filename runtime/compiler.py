@@ -173,27 +173,27 @@ class PackedExecutable(Executable):
         ins = self.graph.inputs
         args = [_c_array(arrays[i], ins[i].dtype) for i in self.loose]
         args = [a[()] if s else a for a, s in zip(args, (self.scalar_in[i] for i in self.loose))]
-        for p, shape in zip(self.packs, self.pack_shapes):
-            dt = ins[p[0]].dtype
-            if len(shape) == 1:
-                args.append(np.array([arrays[i] for i in p], dtype=dt))
-            else:
-                args.append(np.concatenate([arrays[i] for i in p], dtype=dt).reshape(shape))
-        res = self.fn(*args, self.consts)
+        res = self.fn(*args, *self._stack(arrays, check=False), self.consts)
         return res if self.plain_out else self.finish(res)
 
     def fast(self, *xs):
         """The transforms' hot path: ``xs`` are the graph inputs then ``consts``. Packs
         are checked for shape (the entry guards only its own arguments); anything that does
         not fit raises a TypeError and the caller takes the slow path (``__call__``)."""
-        args = [xs[i] for i in self.loose]
+        return self.fn(*[xs[i] for i in self.loose], *self._stack(xs, check=True), xs[-1])
+
+    def _stack(self, arrays, check):
+        """One stacked array per pack. ``check``: reject other shapes (SignatureMismatch)
+        instead of coercing them."""
+        out = []
         for p, shape in zip(self.packs, self.pack_shapes):
-            part = [xs[i] for i in p]
-            for a in part:
-                if getattr(a, "shape", None) != shape[1:]:
-                    raise SignatureMismatch("gradjit: a packed argument's shape differs")
-            args.append(np.concatenate(part).reshape(shape))
-        return self.fn(*args, xs[-1])
+            part = [arrays[i] for i in p]
+            if check and any(getattr(a, "shape", None) != shape[1:] for a in part):
+                raise SignatureMismatch("gradjit: a packed argument's shape differs")
+            dt = self.graph.inputs[p[0]].dtype
+            out.append(np.array(part, dtype=dt) if len(shape) == 1 else
+                       np.concatenate(part, dtype=None if check else dt).reshape(shape))
+        return out
 
 
 def _c_array(a, dt):
