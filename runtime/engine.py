@@ -135,7 +135,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     it as (copy's GradFn, gradient), for the caller to carry across."""
     if retain_graph is None:
         retain_graph = create_graph
-    hist = History(roots)
+    hist = History.of(roots)
     if wrt_tensors is None:
         wrt_tensors = [t for t in hist.leaves if t.requires_grad and id(t) not in hist.cuts]
     n_wrt = len(wrt_tensors)

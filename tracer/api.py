@@ -34,6 +34,12 @@ _REVERSED_CMP = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne
 
 
 def binary(name, a, b):
+    if isinstance(a, ArrayOps):   # the usual cases first, without the general checks
+        if isinstance(b, ArrayOps):
+            return apply("pow.Tensor_Tensor" if name == "pow" else f"{name}.Tensor", [a, b], {})
+        if type(b) is float or type(b) is int:
+            return (apply("pow.Tensor_Scalar", [a], {"exponent": b}) if name == "pow" else
+                    apply(f"{name}.Scalar", [a], {"other": b}))
     a, b = _py(a), _py(b)
     sa, sb = is_scalar(a), is_scalar(b)
     if sb and not sa:

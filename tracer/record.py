@@ -14,7 +14,8 @@ Contract
 """
 from __future__ import annotations
 
-from gradjit.tracer.ir import Graph, _key_attr
+from gradjit.tracer.ir import Graph
+from gradjit.tracer.tape import fn_key as _fn_key, take
 from gradjit.tracer.tensor import Tensor
 
 _FREED = ("Trying to backward through the graph a second time (or directly access saved tensors "
@@ -22,14 +23,6 @@ _FREED = ("Trying to backward through the graph a second time (or directly acces
           "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
           "backward through the graph a second time or if you need to access saved tensors after "
           "calling backward.")
-
-
-def _fn_key(fn):
-    k = fn._key
-    if k is None:
-        attrs = tuple((a, _key_attr(v)) for a, v in fn.attrs.items())
-        k = fn._key = (fn.op, attrs, tuple((s, d.str) for s, d in fn.out_types))
-    return k
 
 
 def _cut(e):
@@ -41,6 +34,35 @@ def _cut(e):
 
 
 class History:
+    @classmethod
+    def of(cls, roots):
+        """``History(roots)``, from the recording tape when it holds exactly the roots'
+        history (tracer/tape.py), so the usual backward does not walk the graph. Takes the
+        tape: call it once per backward."""
+        taken = take(roots)
+        if taken is None:
+            return cls(roots)
+        self = cls.__new__(cls)
+        self.cuts, self.order, self.leaves = {}, taken.fns, taken.leaves
+        self.pos = {id(fn): j for j, fn in enumerate(self.order)}
+        self.leaf_pos = {id(t): i for i, t in enumerate(self.leaves)}
+        self.stale = {}
+        for slot, version, j in taken.uses:
+            if self.leaves[slot]._box[0] != version:
+                self.stale[slot] = (self.order[j], version)
+        self.roots = [("node", len(self.order) - 1, roots[0]._index)]
+        leaf_types = tuple((t.data.shape, t.data.dtype.str) for t in self.leaves)
+        self.key = (tuple(taken.parts), leaf_types, tuple(self.roots), self._extras())
+        return self
+
+    def _extras(self):
+        """Hook / retain_grad positions and custom-Function fingerprints, per node."""
+        return tuple((j, tuple(k for k, h in (fn.hooks or {}).items() if h),
+                      tuple(sorted(fn.retains or ())),
+                      fn.ctx.fingerprint() if fn.ctx is not None else None)
+                     for j, fn in enumerate(self.order)
+                     if fn.hooks or fn.retains or fn.ctx is not None)
+
     def __init__(self, roots):
         # Device copies met on the way ({id(proxy leaf): copy's GradFn}): this graph ends at
         # them; runtime/autograd.py carries their gradients to the other device.
@@ -64,7 +86,7 @@ class History:
         self.order = order = sorted(fns.values(), key=lambda f: f.seq)
         self.pos = pos = {id(fn): j for j, fn in enumerate(order)}
         self.leaves, self.leaf_pos, self.stale = [], {}, {}
-        parts, extras = [], []
+        parts = []
         for j, fn in enumerate(order):
             refs = []
             for e, version in zip(map(_cut, fn.edges), fn.in_versions):
@@ -79,17 +101,13 @@ class History:
                     self.stale[i] = (fn, version)
                 refs.append(i)
             parts.append((_fn_key(fn), tuple(refs)))
-            if fn.hooks or fn.retains or fn.ctx is not None:
-                extras.append((j, tuple(k for k, h in (fn.hooks or {}).items() if h),
-                               tuple(sorted(fn.retains or ())),
-                               fn.ctx.fingerprint() if fn.ctx is not None else None))
         for t in roots:  # a leaf root (x.backward() on a leaf) is an input of the graph
             if t.grad_fn is None and id(t) not in self.leaf_pos:
                 self.leaf_pos[id(t)] = len(self.leaves)
                 self.leaves.append(t)
         self.roots = [self.addr(t) for t in roots]
         leaf_types = tuple((t.data.shape, t.data.dtype.str) for t in self.leaves)
-        self.key = (tuple(parts), leaf_types, tuple(self.roots), tuple(extras))
+        self.key = (tuple(parts), leaf_types, tuple(self.roots), self._extras())
 
     def addr(self, t):
         if t.grad_fn is not None and t.grad_fn.boundary is not None:

@@ -1,0 +1,124 @@
+"""The recording tape: the forward's structural key, built while the forward is recorded.
+
+Contract
+- The eager front end ``add``s every GradFn it records on the CPU (with a
+  differentiable output) to this thread's tape, with its key piece (``fn_key``:
+  op, attributes, output types) and its wiring: ``(tape position, output
+  index)`` for an input made by a node on this tape, a leaf slot (numbered by
+  first use) for a leaf or constant Tensor. That is exactly the numbering
+  ``tracer.record.History`` gives a graph whose nodes are the tape's entries.
+- ``take(roots)`` starts the tape over and returns what it recorded
+  (``Taken``) when that is exactly the history of the single root: the root's
+  node is the last entry and every other entry feeds a later one (so, by
+  induction from the end, every entry is reachable from the root and, being
+  reachable, alive). Otherwise it returns None and the caller walks the graph.
+  So ``backward()`` on the usual training step costs a lookup of the key built
+  here, not a walk of the graph.
+- Whatever the tape cannot describe breaks it until the next take: an input
+  made by a node from before the last take or by a node not on the tape
+  (custom Functions, device copies), or more than ``LIMIT`` entries.
+- The tape holds weak references only: it never keeps a graph or a leaf alive.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+
+from gradjit.tracer.ir import _key_attr
+
+LIMIT = 200_000
+_gens = itertools.count(1)   # generation numbers, unique across threads
+_local = threading.local()
+
+
+def key_of(op, attrs, out_types):
+    """A node's piece of the structural key: op, attributes (exact), output types."""
+    return (op, tuple((a, _key_attr(v)) for a, v in attrs.items()),
+            tuple((s, d.str) for s, d in out_types))
+
+
+def fn_key(fn):
+    """A recorded node's piece of the structural key (cached on the node)."""
+    k = fn._key
+    if k is None:
+        k = fn._key = key_of(fn.op, fn.attrs, fn.out_types)
+    return k
+
+
+class Tape:
+    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "uses", "broken")
+
+    def __init__(self):
+        self.gen = next(_gens)
+        self.fns, self.parts, self.fed = [], [], []
+        self.open = 0            # entries no later entry reads
+        self.slots, self.leaves = {}, []   # id(leaf) -> slot; weak refs by slot
+        self.uses = []           # (slot, version when used, entry) of every leaf use
+        self.broken = False
+
+    def add(self, fn):
+        if self.broken:
+            return
+        n = len(self.parts)
+        if n >= LIMIT:
+            return self.clear()
+        refs = []
+        fed, gen = self.fed, self.gen
+        for e, version in zip(fn.edges, fn.in_versions):
+            if type(e) is tuple:
+                src = e[0]
+                if src._tgen != gen:
+                    return self.clear()
+                p = src._tpos
+                if not fed[p]:
+                    fed[p] = True
+                    self.open -= 1
+                refs.append((p, e[1]))
+            else:
+                slot = self.slots.get(id(e))
+                if slot is None:
+                    slot = self.slots[id(e)] = len(self.leaves)
+                    self.leaves.append(weakref.ref(e))
+                if version is not None:
+                    self.uses.append((slot, version, n))
+                refs.append(slot)
+        self.parts.append((fn_key(fn), tuple(refs)))
+        self.fns.append(weakref.ref(fn))
+        fed.append(False)
+        self.open += 1
+        fn._tgen, fn._tpos = gen, n
+
+    def clear(self):
+        """Broken until the next take; drop what was recorded."""
+        self.broken = True
+        self.fns, self.parts, self.fed, self.slots, self.leaves, self.uses = [], [], [], {}, [], []
+
+
+class Taken:
+    __slots__ = ("fns", "leaves", "parts", "uses")
+
+    def __init__(self, fns, leaves, parts, uses):
+        self.fns, self.leaves, self.parts, self.uses = fns, leaves, parts, uses
+
+
+def current():
+    tape = getattr(_local, "tape", None)
+    if tape is None:
+        tape = _local.tape = Tape()
+    return tape
+
+
+def take(roots):
+    tape = current()
+    _local.tape = Tape()
+    if tape.broken or tape.open != 1 or len(roots) != 1:
+        return None
+    fn = roots[0].grad_fn
+    if fn is None or fn._tgen != tape.gen or fn._tpos != len(tape.parts) - 1:
+        return None
+    fns = [r() for r in tape.fns]
+    leaves = [r() for r in tape.leaves]
+    if any(f is None for f in fns) or any(t is None for t in leaves):
+        return None   # cannot happen when the entries are all reachable; stay safe
+    return Taken(fns, leaves, tape.parts, tape.uses)
