@@ -12,10 +12,13 @@ Contract
   compilation goes through here and is counted.
 - ``STATS``: per-process counters. Every compile request ends in exactly one
   of ``compiles`` (Numba compiled), ``disk_hits`` (loaded from Numba's cache)
-  or ``memory_hits`` (already loaded in this process).
+  or ``memory_hits`` (already loaded in this process). ``stats()`` adds the
+  generated-source cache's ``plan_hits`` / ``plan_misses``.
 - Cache dir: ``$GRADJIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradjit``, else
   ``~/.cache/gradjit``. ``GRADJIT_EXECUTOR=numpy`` swaps the compiled code for
   the reference interpreter.
+- Generated source is itself cached on disk (``runtime/plans.py``), so a warm
+  process neither generates nor compiles.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ import numpy as np
 from numba.core.errors import NumbaPerformanceWarning
 
 from gradjit.lowering.codegen_batched import batched_source
-from gradjit.lowering.codegen_cpu import SignatureMismatch, generate
+from gradjit.lowering.codegen_cpu import SignatureMismatch
+from gradjit.runtime import plans
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
@@ -42,12 +46,14 @@ _LOADED = {}   # (content hash, signature) -> dispatcher
 
 
 def stats():
-    return dict(STATS)
+    return dict(STATS, **plans.STATS)
 
 
 def reset_stats():
     for k in STATS:
         STATS[k] = 0 if k != "compile_seconds" else 0.0
+    for k in plans.STATS:
+        plans.STATS[k] = 0
 
 
 def cache_dir():
@@ -218,7 +224,7 @@ def compile_graph(graph, batched=None):
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
     if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
-    gen = generate(graph, pack_inputs=batched is None)
+    gen = plans.generated(graph, "entry", batched is None, cache_dir())
     types = [_numba_type(v) for v in graph.inputs]
     consts_t = numba.types.Array(numba.float64, 1, "C")
     if batched is None and gen.packs:

@@ -106,9 +106,12 @@ def _run_child(cache):
 def test_fresh_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     first = _run_child(tmp_path)
     assert first["stats"]["compiles"] == 2 and first["stats"]["disk_hits"] == 0
+    assert first["stats"]["plan_misses"] == 2 and first["stats"]["plan_hits"] == 0
     second = _run_child(tmp_path)
     assert second["stats"]["compiles"] == 0
     assert second["stats"]["disk_hits"] == 2
+    # ... and generates no source: both plans come from the disk
+    assert second["stats"]["plan_hits"] == 2 and second["stats"]["plan_misses"] == 0
     assert second["g"] == first["g"] and second["t"] == first["t"]
 
 

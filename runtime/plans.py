@@ -1,0 +1,112 @@
+"""Disk cache of generated source: a warm process does not run code generation again.
+
+Contract
+- ``generated(graph, name, pack_inputs, directory)`` returns what
+  ``lowering.codegen_cpu.generate`` would return for ``graph``, read from
+  ``<directory>/plans/<key hash>.json`` when an earlier process stored it, else
+  generated and stored (written once, atomic rename).
+- The key is everything the generated text depends on: the graph's structural
+  key (ops, exact attributes, shapes, dtypes, wiring), its value ids (they name
+  the variables), ``name``, ``pack_inputs``, ``GRADJIT_FAST_MATH``, and a hash
+  of the code that generates (``lowering/``, ``tracer/``, ``derivatives.yaml``):
+  an edit to any of them is a miss, never a stale plan.
+- Graphs whose attributes are not plain data (ints, floats, strings, dtypes,
+  tuples of them; e.g. a custom Function class) are not cached: their text
+  form need not identify them.
+- A file that cannot be read back (truncated, another format) is a miss, and
+  is replaced.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from gradjit.lowering.codegen_cpu import Generated, generate
+
+STATS = {"plan_hits": 0, "plan_misses": 0}
+_CODE = []   # the code hash, computed once per process
+
+
+def _code_hash():
+    if not _CODE:
+        import gradjit.lowering as lowering
+        import gradjit.tracer as tracer
+        h = hashlib.sha256()
+        for pkg in (lowering, tracer):
+            d = os.path.dirname(pkg.__file__)
+            for f in sorted(os.listdir(d)):
+                if f.endswith(".py"):
+                    with open(os.path.join(d, f), "rb") as fh:
+                        h.update(f.encode() + b"\0" + fh.read())
+        yaml = os.path.join(os.path.dirname(lowering.__file__), "..", "derivatives.yaml")
+        for path in (yaml, os.path.join(os.path.dirname(lowering.__file__), "derivatives.yaml")):
+            if os.path.exists(path):
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+        _CODE.append(h.hexdigest())
+    return _CODE[0]
+
+
+_PLAIN = {int, float, str, bool, type(None), np.dtype}
+
+
+def _plain(x):
+    if type(x) is tuple:
+        return all(_plain(e) for e in x)
+    return type(x) in _PLAIN or isinstance(x, np.dtype)
+
+
+def _key(graph, name, pack_inputs):
+    if not all(_plain(v) for n in graph.nodes for v in n.attrs.values()):
+        return None
+    k = graph.key()
+    ids = (tuple(v.id for v in graph.inputs),
+           tuple(v.id for n in graph.nodes for v in n.outputs),
+           tuple(v.id for v in graph.outputs), graph.name)
+    text = repr((k, ids, name, bool(pack_inputs), os.environ.get("GRADJIT_FAST_MATH", "1"),
+                 _code_hash()))
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return Generated(d["source"], np.array([float.fromhex(c) for c in d["consts"]],
+                                               dtype=np.float64),
+                         bool(d["parallel"]), tuple(tuple(p) for p in d["packs"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path, gen, replace):
+    if os.path.exists(path) and not replace:
+        return
+    d = {"source": gen.source, "consts": [float(c).hex() for c in gen.consts],
+         "parallel": bool(gen.parallel), "packs": [list(p) for p in gen.packs]}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(d, f)
+    os.replace(tmp, path)
+
+
+def generated(graph, name, pack_inputs, directory):
+    key = _key(graph, name, pack_inputs)
+    if key is None:
+        return generate(graph, name, pack_inputs=pack_inputs)
+    folder = os.path.join(directory, "plans")
+    path = os.path.join(folder, key + ".json")
+    present = os.path.exists(path)
+    gen = _read(path) if present else None
+    if gen is not None:
+        STATS["plan_hits"] += 1
+        return gen
+    STATS["plan_misses"] += 1
+    gen = generate(graph, name, pack_inputs=pack_inputs)
+    os.makedirs(folder, exist_ok=True)
+    _write(path, gen, replace=present)   # an unreadable file is replaced (atomically)
+    return gen
