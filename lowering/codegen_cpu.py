@@ -42,6 +42,7 @@ from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
+SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
 
 
 class SignatureMismatch(TypeError):
@@ -282,7 +283,8 @@ def _stmt(e, node):
     layout = "C"
     if op == "mm.default":
         args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
-        e.emit(1, f"v{out.id} = np.dot({args[0]}, {args[1]})", node)
+        e.imports.add("from gradjit.lowering import blas_cpu as bl")
+        e.emit(1, f"v{out.id} = bl.mm({args[0]}, {args[1]})", node)
     elif op == "bmm.default":
         args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
         for i, (x, y) in enumerate(zip(a, args)):
@@ -291,10 +293,16 @@ def _stmt(e, node):
                 a[i] = f"{x}c"
         e.emit(1, f"v{out.id} = np.empty({out.shape}, {_np_dtype(out.dtype)})", node)
         e.emit(1, f"for b in range({out.shape[0]}):")
-        e.emit(2, f"v{out.id}[b] = np.dot({a[0]}[b], {a[1]}[b])")
+        e.imports.add("from gradjit.lowering import blas_cpu as bl")
+        e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
     elif op in ("permute.default", "transpose.int", "t.default"):
         perm = permutation(node)
-        if ins[0].ndim == 2:
+        if ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
+            # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
+            # combination would cost Numba about a second of compile (the loop-heavy
+            # graphs, e.g. an unrolled RNN, are all small matmuls).
+            e.emit(1, f"v{out.id} = np.ascontiguousarray({a[0]}.T)", node)
+        elif ins[0].ndim == 2:
             e.emit(1, f"v{out.id} = {a[0]}.T", node)
             layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
         else:

@@ -4,14 +4,16 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from gradjit.lowering import blas_cpu as bl
 from gradjit.lowering.codegen_cpu import SignatureMismatch
+# gradjit.lowering.blas_cpu <sha>
 
 
 @numba.njit(cache=True, error_model="numpy")
 def entry(v0, v1, v2, consts):
     if v0.shape != (4, 8) or v1.shape != (8, 3) or v2.shape != (3,):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')
-    v3 = np.dot(v0, v1)  # %3:float64[4,3] = mm.default(%0, %1)
+    v3 = bl.mm(v0, v1)  # %3:float64[4,3] = mm.default(%0, %1)
     # loop over (4, 3): %4, %5
     v5 = np.empty((4, 3), np.float64)
     for i0 in range(4):
