@@ -284,7 +284,10 @@ def _stmt(e, node):
     if op == "mm.default":
         args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
-        e.emit(1, f"v{out.id} = bl.mm({args[0]}, {args[1]})", node)
+        m, k = ins[0].shape
+        n = ins[1].shape[1]
+        fn = "mv" if n == 1 and k > 1 else "vm" if m == 1 and k > 1 else "mm"   # gemv
+        e.emit(1, f"v{out.id} = bl.{fn}({args[0]}, {args[1]})", node)
     elif op == "bmm.default":
         args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
         for i, (x, y) in enumerate(zip(a, args)):

@@ -1,0 +1,35 @@
+"""Matmuls in generated CPU code: which BLAS helper each shape gets, and that each gives
+NumPy's product (C and transposed operands, empty and one-row/one-column shapes)."""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.lowering import codegen_cpu
+
+
+def _source(f, *args):
+    return gj.jit(f).graphs(*args)[2]
+
+
+@pytest.mark.parametrize("m, k, n, helper", [
+    (6, 5, 1, "bl.mv("),      # one column: gemv
+    (1, 5, 6, "bl.vm("),      # one row: gemv
+    (3, 1, 4, "bl.mm("),      # outer product
+    (4, 5, 3, "bl.mm("),
+])
+def test_helper_by_shape(m, k, n, helper, rng):
+    a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
+    assert helper in _source(lambda x, y: x @ y, a, b)
+    np.testing.assert_allclose(gj.jit(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-12)
+
+
+def test_gemv_with_large_transposed_and_empty_operands(rng):
+    big = codegen_cpu.SMALL_TRANSPOSE + 1           # its transpose stays an F view
+    x = rng.normal(size=(big, 2)).astype(np.float32)
+    r = rng.normal(size=(big, 1)).astype(np.float32)
+    src = _source(lambda x, r: x.T @ r, x, r)
+    assert "bl.mv(" in src and ".T  #" in src          # the view, not a copy
+    np.testing.assert_allclose(gj.jit(lambda x, r: x.T @ r)(x, r), x.T @ r, rtol=1e-4)
+    np.testing.assert_allclose(gj.jit(lambda x, r: r.T @ x)(x, r), r.T @ x, rtol=1e-4)
+    e = rng.normal(size=(0, 3))
+    assert gj.jit(lambda e, v: e @ v)(e, rng.normal(size=(3, 1))).shape == (0, 1)
