@@ -24,9 +24,11 @@ from gradjit.tracer.creation import (Generator, arange, as_tensor, empty, empty_
                                      rand, rand_like, randint, randn, randn_like, zeros, zeros_like)
 from gradjit.runtime import autograd as _engine
 from gradjit.runtime import cuda as _cuda
+from gradjit.runtime import eager_blas as _eager_blas
 
 Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs itself in
 Tensor._cuda = _cuda
+_eager_blas.install()
 
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",

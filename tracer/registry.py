@@ -183,6 +183,9 @@ class OpDef:
     kind: str
     infer: object
     impl: object
+    # What eager tensors run, when the runtime plugs in something other than ``impl``
+    # (which stays the reference the interpreter and the tests compare against).
+    eager: object = None
 
 
 OPS: dict[str, OpDef] = {}

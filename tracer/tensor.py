@@ -232,7 +232,7 @@ class Tensor(DeviceMethods, ArrayOps):
         op, attrs, out_types, piece = hit
         tok = _quiet()
         try:
-            res = op.impl(*[t.data for t in inputs], **attrs)
+            res = (op.eager or op.impl)(*[t.data for t in inputs], **attrs)
         finally:
             _loud(tok)
         if type(res) is tuple:
@@ -436,7 +436,7 @@ def _compute(op_name, inputs, attrs):
     arrays = [t.data for t in ts]
     out_types = op.infer(arrays, attrs)
     with np.errstate(all="ignore"):
-        res = op.impl(*arrays, **attrs)
+        res = (op.eager or op.impl)(*arrays, **attrs)
     res = res if isinstance(res, tuple) else (res,)
     outs = [np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)]
     return op, attrs, ts, True, outs, out_types

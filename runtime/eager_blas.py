@@ -1,0 +1,44 @@
+"""Eager (tensor-mode) matrix products on the BLAS the compiled code uses.
+
+Contract
+- ``install()`` sets the eager implementation of ``mm.default``: large
+  float32 / float64 products of writable C- or F-contiguous arrays run through
+  ``lowering.blas_cpu`` (Numba's BLAS, the one every compiled gradient calls);
+  anything else runs NumPy's ``matmul``, the op's reference implementation,
+  which the interpreter and the tests keep using.
+- Why: NumPy and Numba (through SciPy) bundle separate OpenBLAS builds, each
+  with its own thread pool whose workers spin for a while after a call. An
+  eager forward on NumPy's pool followed by a compiled backward on SciPy's had
+  the two pools fighting over the cores: the least-squares workload (W5,
+  10000x100) took 8-11 ms per tensor-mode step instead of about 0.6 ms on two
+  cores. Small products stay on NumPy (single-threaded there, and cheaper to
+  call).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer.registry import get_op
+
+LARGE = 1 << 15   # m*k*n from which OpenBLAS runs a product on several threads
+
+
+def _mm(a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    if (m * k * n >= LARGE and a.dtype == b.dtype and a.dtype.char in "fd"
+            and _plain(a) and _plain(b)):
+        from gradjit.lowering import blas_cpu as bl
+        fn = bl.mv if n == 1 and k > 1 else bl.vm if m == 1 and k > 1 else bl.mm
+        return fn(a, b)
+    return np.matmul(a, b)
+
+
+def _plain(x):
+    """An array Numba's BLAS helpers take without a new specialisation."""
+    f = x.flags
+    return f.writeable and f.aligned and (f.c_contiguous or f.f_contiguous)
+
+
+def install():
+    get_op("mm.default").eager = _mm
