@@ -3,8 +3,10 @@
 Contract
 - ``mm(a, b)`` is ``np.dot(a, b)`` for 2-D arrays; ``mv(a, b)`` the same for a
   ``b`` of one column and ``vm(a, b)`` for an ``a`` of one row: they call BLAS
-  gemv (matrix-vector), which is several times faster than gemm with a
-  dimension of 1. Results are C arrays of the 2-D product's shape.
+  gemv (matrix-vector), faster than gemm with a dimension of 1 once the matrix
+  is large (``blas_helper`` picks; for small ones the extra reshapes cost more).
+  Results are C arrays of the 2-D product's shape. The helpers are
+  ``forceinline``: no call overhead in the caller's loops.
 - Generated modules call these instead of ``np.dot``: Numba then compiles its
   dot implementation once per (dtype, layout) pair on this machine
   (``cache=True``, like the fast-math helpers) instead of inside every
@@ -16,7 +18,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-jit = numba.njit(cache=True, error_model="numpy")
+jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
+GEMV_MIN = 4096   # matrix elements from which a one-row / one-column product uses gemv
+
+
+def blas_helper(m, k, n):
+    """The helper's name for an (m, k) @ (k, n) product."""
+    if n == 1 and k > 1 and m * k >= GEMV_MIN:
+        return "mv"
+    if m == 1 and k > 1 and k * n >= GEMV_MIN:
+        return "vm"
+    return "mm"
 
 
 @jit

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradjit.lowering.blas_cpu import blas_helper
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
@@ -286,7 +287,7 @@ def _stmt(e, node):
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
         m, k = ins[0].shape
         n = ins[1].shape[1]
-        fn = "mv" if n == 1 and k > 1 else "vm" if m == 1 and k > 1 else "mm"   # gemv
+        fn = blas_helper(m, k, n)
         e.emit(1, f"v{out.id} = bl.{fn}({args[0]}, {args[1]})", node)
     elif op == "bmm.default":
         args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
@@ -300,7 +301,10 @@ def _stmt(e, node):
         e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
     elif op in ("permute.default", "transpose.int", "t.default"):
         perm = permutation(node)
-        if ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
+        if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
+            # A row or a column: its transpose has the same memory order (a C view).
+            e.emit(1, f"v{out.id} = {a[0]}.reshape({out.shape})", node)
+        elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
             # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
             # combination would cost Numba about a second of compile (the loop-heavy
             # graphs, e.g. an unrolled RNN, are all small matmuls).

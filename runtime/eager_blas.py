@@ -29,8 +29,7 @@ def _mm(a, b):
     if (m * k * n >= LARGE and a.dtype == b.dtype and a.dtype.char in "fd"
             and _plain(a) and _plain(b)):
         from gradjit.lowering import blas_cpu as bl
-        fn = bl.mv if n == 1 and k > 1 else bl.vm if m == 1 and k > 1 else bl.mm
-        return fn(a, b)
+        return getattr(bl, bl.blas_helper(m, k, n))(a, b)
     return np.matmul(a, b)
 
 

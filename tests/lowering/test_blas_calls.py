@@ -12,8 +12,9 @@ def _source(f, *args):
 
 
 @pytest.mark.parametrize("m, k, n, helper", [
-    (6, 5, 1, "bl.mv("),      # one column: gemv
-    (1, 5, 6, "bl.vm("),      # one row: gemv
+    (2048, 4, 1, "bl.mv("),   # one column of a large matrix: gemv
+    (1, 4, 2048, "bl.vm("),   # one row: gemv
+    (6, 5, 1, "bl.mm("),      # small: gemm (gemv's reshapes cost more there)
     (3, 1, 4, "bl.mm("),      # outer product
     (4, 5, 3, "bl.mm("),
 ])
