@@ -62,6 +62,10 @@ import time
 from types import SimpleNamespace
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before any OpenMP runtime starts
+# The same for OpenBLAS's own threads (NumPy and SciPy/Numba each bundle one OpenBLAS, with
+# its own pool): 2**4 cycles of spinning, then sleep, so one engine's idle BLAS workers do not
+# steal the cores of the next engine's BLAS call (measured on W5: medians 2-5x apart without).
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 if "--threads" in sys.argv[:-1]:                     # before NumPy, Numba, BLAS, torch load
     _n = sys.argv[sys.argv.index("--threads") + 1]
     for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -501,7 +505,8 @@ def main(argv=None):
     progress("hand-written gradients agree with finite differences")
     results = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
                "python": platform.python_version(), "numpy": np.__version__, "quick": a.quick,
-               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "compile_cap_s": cap,
+               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+               "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"), "compile_cap_s": cap,
                "threads": a.threads or os.cpu_count(), "gradjit_path": _gradjit_path(),
                "versions": _versions(engines), "load_avg_start": _load()}
     with tempfile.TemporaryDirectory(prefix="gradjit-bench-") as root:
@@ -516,7 +521,8 @@ def main(argv=None):
     v = results["versions"]
     print(f"\n## gradjit benchmark ({'quick' if a.quick else 'full'}): {results['machine']}, "
           f"Python {results['python']}, " + ", ".join(f"{k} {x}" for k, x in v.items())
-          + f", OMP_WAIT_POLICY={results['omp_wait_policy']}, threads {results['threads']}; "
+          + f", OMP_WAIT_POLICY={results['omp_wait_policy']}, OPENBLAS_THREAD_TIMEOUT="
+          + f"{results['openblas_thread_timeout']}, threads {results['threads']}; "
           f"gradjit from {results['gradjit_path']}; 1-min load average "
           f"{results['load_avg_start']} at the start, {results['load_avg_end']} at the end "
           "(other processes' load slows multi-threaded BLAS most)\n")
