@@ -219,7 +219,7 @@ def _loop(e, loop, inline):
     e.emit(1, f"# loop over {space}: {names}")
     for v in loop.stores:
         if v.ndim:
-            e.emit(1, f"v{v.id} = np.empty({v.shape}, {_np_dtype(v.dtype)})")
+            e.emit(1, f"v{v.id} = al.empty({v.shape}, {_np_dtype(v.dtype)})")
     scalar_red, array_red = [], []
     for n in loop.reductions:
         out = n.outputs[0]
@@ -230,7 +230,7 @@ def _loop(e, loop, inline):
         else:
             array_red.append(n)
             fill = _acc_init(n)
-            e.emit(1, f"v{out.id} = np.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
+            e.emit(1, f"v{out.id} = al.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
     size = int(np.prod(space)) if space else 1
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
@@ -261,14 +261,14 @@ def _loop(e, loop, inline):
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"
         if out.ndim:  # keepdim over every dim
-            e.emit(1, f"v{out.id} = np.full({out.shape}, {val}, {_np_dtype(out.dtype)})", n)
+            e.emit(1, f"v{out.id} = al.full({out.shape}, {val}, {_np_dtype(out.dtype)})", n)
         else:
             e.emit(1, f"v{out.id} = {val}", n)
 
 
 def _reshape(x, src, dst):
     if not src.ndim:
-        return f"np.full({dst.shape}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
+        return f"al.full({dst.shape}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
     if not dst.ndim:
         return f"v{x}[{', '.join('0' * src.ndim)}]"
     return f"np.ascontiguousarray(v{x}).reshape({dst.shape})"
@@ -295,7 +295,7 @@ def _stmt(e, node):
             if x != y:
                 e.emit(1, f"{x}c = {y}")
                 a[i] = f"{x}c"
-        e.emit(1, f"v{out.id} = np.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+        e.emit(1, f"v{out.id} = al.empty({out.shape}, {_np_dtype(out.dtype)})", node)
         e.emit(1, f"for b in range({out.shape[0]}):")
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
         e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
@@ -403,6 +403,9 @@ def generate(graph, name="entry", pack_inputs=False):
         e.prologue[:0] = [f"    if {' or '.join(guards)}:",
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
+    shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
+    if re.search(r"\bal\.(?:empty|full|zeros)\(", "\n".join(e.prologue + e.lines + shared)):
+        e.imports.add("from gradjit.lowering import alloc_cpu as al")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',
         "import math",
@@ -418,7 +421,6 @@ def generate(graph, name="entry", pack_inputs=False):
         f"def {name}({args}):",
     ]
     body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
-    shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
     src = "\n".join(header[:-2]) + "\n" + "\n".join(shared) + "\n".join(header[-2:] + body) + "\n"
     pos = {v.id: i for i, v in enumerate(graph.inputs)}
     return Generated(src, np.array(e.const_values, dtype=np.float64), e.parallel,

@@ -60,7 +60,7 @@ def _linalg(e, node):
     names = [f"v{o.id}" for o in outs]
     if all(0 in o.shape for o in outs):   # nothing to compute; Numba's LAPACK rejects empties
         for n, o in zip(names, outs):
-            e.emit(1, f"{n} = np.empty({tuple(o.shape)}, {_np_dtype(o.dtype)})", node)
+            e.emit(1, f"{n} = al.empty({tuple(o.shape)}, {_np_dtype(o.dtype)})", node)
         return
     if not batch:
         args = [f"np.ascontiguousarray(v{v.id})" for v in ins]
@@ -75,7 +75,7 @@ def _linalg(e, node):
         e.emit(1, f"v{v.id}_b = np.ascontiguousarray(v{v.id}).reshape({(nb,) + tuple(v.shape[-2:])})")
     for n, o in zip(names, outs):
         tail = tuple(o.shape[len(batch):])
-        e.emit(1, f"{n}_b = np.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")
+        e.emit(1, f"{n}_b = al.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")
     e.emit(1, f"for b in range({nb}):", node)
     args = [f"v{v.id}_b[b]" for v in ins]
     tmps = [f"{n}_t" for n in names]

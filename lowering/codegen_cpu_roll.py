@@ -89,11 +89,11 @@ def _canon(lines):
     return text, ids, slots, lits
 
 
-_ALLOC = re.compile(r"^(\s*)v(\d+) = np\.empty\(")
+_ALLOC = re.compile(r"^(\s*)v(\d+) = al\.empty\(")
 
 
 def _allocated_once(lines, n):
-    """``v<n>`` is bound once, by ``np.empty`` (then filled in place)."""
+    """``v<n>`` is bound once, by ``al.empty`` (then filled in place)."""
     binds = [ln for ln in map(_code, lines) if re.match(rf"^\s*v{n} = ", ln)]
     return len(binds) == 1 and _ALLOC.match(binds[0]) is not None
 
@@ -309,7 +309,7 @@ class _Roller:
                 if j in exports:
                     v = self.values[n0]
                     s = exports[j]
-                    pre.append(f"    {s} = np.empty({(T,) + tuple(v.shape)}, np.{v.dtype.name})")
+                    pre.append(f"    {s} = al.empty({(T,) + tuple(v.shape)}, np.{v.dtype.name})")
                     if _allocated_once(template, n0):
                         direct[n0] = f"{s}[{k}]"    # computed in place, in its stack slot
                     else:

@@ -4,8 +4,10 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from gradjit.lowering import alloc_cpu as al
 from gradjit.lowering import fastmath_cpu as fm
 from gradjit.lowering.codegen_cpu import SignatureMismatch
+# gradjit.lowering.alloc_cpu <sha>
 # gradjit.lowering.fastmath_cpu <sha>
 
 
@@ -16,7 +18,7 @@ def entry(v0, v1, consts):
     c0 = np.float64(consts[0])
     c1 = np.float64(consts[1])
     # loop over (8, 16): %2, %3, %4, %5, %6
-    v6 = np.empty((8, 16), np.float64)
+    v6 = al.empty((8, 16), np.float64)
     for i0 in range(8):
         for i1 in range(16):
             t2 = v0[i0, i1] * v1[i1]  # %2:float64[8,16] = mul.Tensor(%0, %1)
