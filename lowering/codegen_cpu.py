@@ -266,12 +266,14 @@ def _loop(e, loop, inline):
             e.emit(1, f"v{out.id} = {val}", n)
 
 
-def _reshape(x, src, dst):
+def _reshape(x, src, dst, layout="A"):
     if not src.ndim:
         return f"al.full({dst.shape}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
     if not dst.ndim:
         return f"v{x}[{', '.join('0' * src.ndim)}]"
-    return f"np.ascontiguousarray(v{x}).reshape({dst.shape})"
+    if layout == "C":   # already C: a view, and no contiguity overload to compile
+        return f"v{x}.reshape({dst.shape})"
+    return f"al.contiguous(v{x}).reshape({dst.shape})"
 
 
 def _stmt(e, node):
@@ -283,14 +285,14 @@ def _stmt(e, node):
     a = [f"v{v.id}" for v in ins]
     layout = "C"
     if op == "mm.default":
-        args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
+        args = [f"al.contiguous({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
         m, k = ins[0].shape
         n = ins[1].shape[1]
         fn = blas_helper(m, k, n)
         e.emit(1, f"v{out.id} = bl.{fn}({args[0]}, {args[1]})", node)
     elif op == "bmm.default":
-        args = [f"np.ascontiguousarray({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
+        args = [f"al.contiguous({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
         for i, (x, y) in enumerate(zip(a, args)):
             if x != y:
                 e.emit(1, f"{x}c = {y}")
@@ -308,7 +310,7 @@ def _stmt(e, node):
             # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
             # combination would cost Numba about a second of compile (the loop-heavy
             # graphs, e.g. an unrolled RNN, are all small matmuls).
-            e.emit(1, f"v{out.id} = np.ascontiguousarray({a[0]}.T)", node)
+            e.emit(1, f"v{out.id} = al.contiguous({a[0]}.T)", node)
         elif ins[0].ndim == 2:
             e.emit(1, f"v{out.id} = {a[0]}.T", node)
             layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
@@ -316,7 +318,7 @@ def _stmt(e, node):
             e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
             layout = "A"
     elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
-        e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out)}", node)
+        e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out, lay.get(ins[0], 'C'))}", node)
     elif kernel_stmt(e, node):
         layout = lay.get(out, "C")   # a kernel that emits a view (slice) records its layout
     else:
@@ -404,7 +406,7 @@ def generate(graph, name="entry", pack_inputs=False):
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
-    if re.search(r"\bal\.(?:empty|full|zeros)\(", "\n".join(e.prologue + e.lines + shared)):
+    if re.search(r"\bal\.(?:empty|full|zeros|contiguous)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',

@@ -50,8 +50,8 @@ def _call(node, args):
     tri = _tri(a, node.inputs[0].shape[-1], at, node.inputs[0].dtype)
     if at["left"]:
         return f"np.linalg.solve({tri}, {args[1]})"
-    return (f"np.linalg.solve(np.ascontiguousarray({tri}.T), "
-            f"np.ascontiguousarray({args[1]}.T)).T.copy()")
+    return (f"np.linalg.solve(al.contiguous({tri}.T), "
+            f"al.contiguous({args[1]}.T)).T.copy()")
 
 
 def _linalg(e, node):
@@ -63,7 +63,7 @@ def _linalg(e, node):
             e.emit(1, f"{n} = al.empty({tuple(o.shape)}, {_np_dtype(o.dtype)})", node)
         return
     if not batch:
-        args = [f"np.ascontiguousarray(v{v.id})" for v in ins]
+        args = [f"al.contiguous(v{v.id})" for v in ins]
         lhs = ", ".join(f"{n}_r" if o.ndim == 0 else n for n, o in zip(names, outs))
         e.emit(1, f"{lhs} = {_call(node, args)}", node)
         for n, o in zip(names, outs):
@@ -72,7 +72,7 @@ def _linalg(e, node):
         return
     nb = int(np.prod(batch))
     for v in ins:
-        e.emit(1, f"v{v.id}_b = np.ascontiguousarray(v{v.id}).reshape({(nb,) + tuple(v.shape[-2:])})")
+        e.emit(1, f"v{v.id}_b = al.contiguous(v{v.id}).reshape({(nb,) + tuple(v.shape[-2:])})")
     for n, o in zip(names, outs):
         tail = tuple(o.shape[len(batch):])
         e.emit(1, f"{n}_b = al.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")

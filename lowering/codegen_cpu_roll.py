@@ -338,7 +338,7 @@ class _Roller:
                     # Statement outputs may be F-ordered whatever the layout record says
                     # (LAPACK results): one layout, or the tuple cannot be indexed by k.
                     elems = [f"v{n}" if n in self.inputs or n in self.loop_defs
-                             or not self.values[n].ndim else f"np.ascontiguousarray(v{n})"
+                             or not self.values[n].ndim else f"al.contiguous(v{n})"
                              for n in src[1]]
                     pre.append(f"    {t} = ({', '.join(elems)},)")
                     head.append(f"        v{n0}_ = {t}[{k}]")
