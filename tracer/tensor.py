@@ -29,6 +29,7 @@ from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mod
 from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
+from gradjit.tracer.tensor_inplace import InplaceMethods
 
 _seq = itertools.count()
 
@@ -73,7 +74,7 @@ class GradFn:
         self.freed = True
 
 
-class Tensor(DeviceMethods, ArrayOps):
+class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
     __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
@@ -280,108 +281,6 @@ class Tensor(DeviceMethods, ArrayOps):
             tape.current().add(fn)
         return _one(res)
 
-    # -- in-place ops ------------------------------------------------------------------
-    def _inplace(self, result):
-        """Write ``result`` (computed out of place, recorded with edges to the old self)
-        into this tensor's array and make this tensor the output of that node."""
-        if self._inference and not is_inference_mode_enabled():
-            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
-                               "allowed. You can make a clone to get a normal tensor before doing "
-                               "inplace update.")
-        if result.shape != self.shape:
-            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast "
-                               f"shape {list(result.shape)}")
-        if is_device_array(self.data):
-            src = result.data if result.dtype == self.dtype else result.to(self.dtype).data
-            self.data.copy_to_device(src)
-        else:
-            np.copyto(self.data, result.data, casting="unsafe")
-        self._box[0] += 1
-        fn = result.grad_fn
-        if fn is not None:
-            fn.out_data[result._index] = self.data
-            fn.versions[result._index] = (self._box, self._box[0])
-            self.grad_fn, self._index, self._requires_grad = fn, result._index, True
-        return self
-
-    def _check_inplace(self, name):
-        if is_grad_enabled() and self.grad_fn is None and self._requires_grad:
-            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
-                               f"operation ({name}).")
-
-    def add_(self, other, alpha=1):
-        self._check_inplace("add_")
-        return self._inplace(self.add(other, alpha=alpha))
-
-    def sub_(self, other, alpha=1):
-        self._check_inplace("sub_")
-        return self._inplace(self.sub(other, alpha=alpha))
-
-    def _original(self):
-        """The value before an in-place op, for ops whose backward reads it (mul, div,
-        pow): a recorded copy, as torch saves the original ``self`` for such ops."""
-        if is_grad_enabled() and self._requires_grad:
-            return self + np.zeros((), self.dtype)
-        return self
-
-    def mul_(self, other):
-        self._check_inplace("mul_")
-        return self._inplace(self._original().mul(other))
-
-    def div_(self, other):
-        self._check_inplace("div_")
-        return self._inplace(self._original().div(other))
-
-    def pow_(self, exponent):
-        self._check_inplace("pow_")
-        return self._inplace(self._original().pow(exponent))
-
-    def copy_(self, src):
-        """Copy ``src`` (broadcast, cast) into this tensor; gradient flows to ``src`` only."""
-        self._check_inplace("copy_")
-        src = src if isinstance(src, Tensor) else Tensor(np.asarray(src))
-        return self._inplace(src.expand(self.shape).to(self.dtype))
-
-    def zero_(self):
-        return self.fill_(0)
-
-    def fill_(self, value):
-        self._check_inplace("fill_")
-        return self._inplace(Tensor(np.full(self.shape, value, self.dtype)))
-
-    def __setitem__(self, index, value):
-        """``x[index] = value`` with NumPy's index rules (ints, slices, None, Ellipsis,
-        integer arrays, masks; the last write wins on repeats). On a tensor with history
-        or a value that requires grad it is a recorded, differentiable in-place op:
-        gradients flow to the untouched part of ``x`` and to ``value``."""
-        index = _concrete_index(index)
-        v = value if isinstance(value, Tensor) else None
-        if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):
-            self.data[index] = np.asarray(getattr(value, "data", value))
-            self._box[0] += 1
-            return
-        self._check_inplace("__setitem__")
-        from gradjit.tracer.api import apply, where
-        n = self.data.size
-        pos = np.arange(n).reshape(self.shape)[index]
-        flat_pos = np.asarray(pos).reshape(-1)
-        targets, first_rev = np.unique(flat_pos[::-1], return_index=True)
-        keep = (len(flat_pos) - 1 - first_rev).astype(np.int64)  # last occurrence of each target
-        v = (v if v is not None else Tensor(np.asarray(value))).to(self.dtype)
-        vals = v.expand(np.shape(pos)).reshape(-1)
-        if len(keep) != len(flat_pos) or np.any(keep != np.arange(len(keep))):
-            vals = apply("index_select.default", [vals, Tensor(keep)], {"dim": 0})
-        placed = apply("index_add.default", [Tensor(np.zeros(n, self.dtype)),
-                                             Tensor(targets.astype(np.int64)), vals], {"dim": 0})
-        mask = np.zeros(n, np.bool_)
-        mask[targets] = True
-        self._inplace(where(Tensor(mask), placed, self.reshape(-1)).reshape(self.shape))
-
-    __iadd__ = add_
-    __isub__ = sub_
-    __imul__ = mul_
-    __itruediv__ = div_
-
     def clone(self):
         return self + np.zeros((), self.dtype) if self._requires_grad else Tensor(self.data.copy())
 
@@ -391,12 +290,6 @@ class Tensor(DeviceMethods, ArrayOps):
         else:
             self.grad_fn = None  # integer/bool outputs never carry gradients
         return self
-
-
-def _concrete_index(index):
-    def one(i):
-        return i.data if isinstance(i, Tensor) else i
-    return tuple(one(i) for i in index) if isinstance(index, tuple) else one(index)
 
 
 class _HookHandle:
