@@ -28,7 +28,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import time
 import warnings
 
@@ -75,15 +74,6 @@ def file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _write_once(path, text):
-    if os.path.exists(path):
-        return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _import(path, name):
     mod = sys.modules.get(name)
     if mod is not None:
@@ -112,7 +102,7 @@ def load(source, signature, name="entry"):
     path = os.path.join(d, f"gj_{h}.py")
     t0 = time.perf_counter()
     with file_lock(os.path.join(d, ".lock")):
-        _write_once(path, source)
+        plans.write_atomic(path, source)
         disp = getattr(_import(path, f"gradjit_gen_{h}"), name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature

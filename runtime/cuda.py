@@ -27,7 +27,8 @@ import os
 
 import numpy as np
 
-from gradjit.runtime.compiler import STATS, _import, _write_once, cache_dir, file_lock
+from gradjit.runtime.compiler import STATS, _import, cache_dir, file_lock
+from gradjit.runtime.plans import write_atomic
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
 from gradjit.tracer.registry import GradjitError
@@ -83,7 +84,7 @@ def load_module(source):
         d = cache_dir()
         path = os.path.join(d, f"gjc_{h}.py")
         with file_lock(os.path.join(d, ".lock")):
-            _write_once(path, source)
+            write_atomic(path, source)
             _import(path, name)
         STATS["cuda_loads"] += 1
     return sys.modules[name]

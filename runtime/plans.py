@@ -26,6 +26,7 @@ import tempfile
 import numpy as np
 
 from gradjit.lowering.codegen_cpu import Generated, generate
+from gradjit.lowering.formulas import default_path
 
 STATS = {"plan_hits": 0, "plan_misses": 0}
 _CODE = []   # the code hash, computed once per process
@@ -42,11 +43,8 @@ def _code_hash():
                 if f.endswith(".py"):
                     with open(os.path.join(d, f), "rb") as fh:
                         h.update(f.encode() + b"\0" + fh.read())
-        yaml = os.path.join(os.path.dirname(lowering.__file__), "..", "derivatives.yaml")
-        for path in (yaml, os.path.join(os.path.dirname(lowering.__file__), "derivatives.yaml")):
-            if os.path.exists(path):
-                with open(path, "rb") as fh:
-                    h.update(fh.read())
+        with open(default_path(), "rb") as fh:
+            h.update(fh.read())
         _CODE.append(h.hexdigest())
     return _CODE[0]
 
@@ -83,15 +81,21 @@ def _read(path):
         return None
 
 
-def _write(path, gen, replace):
+def write_atomic(path, text, replace=False):
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename; an
+    existing file is kept unless ``replace`` (generated modules must never be
+    rewritten: their mtime is part of Numba's cache key)."""
     if os.path.exists(path) and not replace:
         return
-    d = {"source": gen.source, "consts": [float(c).hex() for c in gen.consts],
-         "parallel": bool(gen.parallel), "packs": [list(p) for p in gen.packs]}
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
-        json.dump(d, f)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def _text(gen):
+    return json.dumps({"source": gen.source, "consts": [float(c).hex() for c in gen.consts],
+                       "parallel": bool(gen.parallel), "packs": [list(p) for p in gen.packs]})
 
 
 def generated(graph, name, pack_inputs, directory):
@@ -108,5 +112,5 @@ def generated(graph, name, pack_inputs, directory):
     STATS["plan_misses"] += 1
     gen = generate(graph, name, pack_inputs=pack_inputs)
     os.makedirs(folder, exist_ok=True)
-    _write(path, gen, replace=present)   # an unreadable file is replaced (atomically)
+    write_atomic(path, _text(gen), replace=present)   # an unreadable file is replaced
     return gen

@@ -245,7 +245,9 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         for t in inputs:
             record = record or t._requires_grad
             inference = inference or t._inference
-        if not record or inference or not is_grad_enabled():
+        if not record or not is_grad_enabled():
+            return Tensor(out)
+        if inference:   # _finish raises torch's error
             return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
         fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
                                      for t in inputs], out_types, [out], user_site())
