@@ -13,6 +13,7 @@ from gradjit.runtime.compiler import cache_dir, reset_stats, stats
 from gradjit.runtime.explain import explain
 from gradjit.runtime.jacobians import hessian, jacfwd, jacrev, jvp
 from gradjit.runtime.transforms import grad, jit, value_and_grad
+from gradjit.tracer.deferred import set_deferred
 from gradjit.tracer.modes import inference_mode
 from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
@@ -35,4 +36,4 @@ __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hes
            "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
            "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
            "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
-           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "GradjitError", "ShapeError", "TracerValueError"]
+           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "set_deferred", "GradjitError", "ShapeError", "TracerValueError"]

@@ -208,12 +208,23 @@ def _loop(e, loop, inline):
     r = len(space)
     regs = {}
 
+    hoisted = {}   # value -> index expression, read once per innermost loop (h<id>)
+
     def read(v):
         if v in regs:
             return regs[v]
         if v in inline:
             return _lit(inline[v], v.dtype)
-        return f"v{v.id}" if v.ndim == 0 else _index(v, space)
+        if v.ndim == 0:
+            return f"v{v.id}"
+        idx = _index(v, space)
+        if r and f"i{r - 1}" not in re.findall(r"\bi\d+\b", idx):
+            # Invariant in the innermost loop (a broadcast operand, e.g. an outer product's
+            # column): read it once before that loop. LLVM cannot hoist the load itself,
+            # since the loop's stores might alias it, and then it does not vectorise.
+            hoisted[v] = idx
+            return f"h{v.id}"
+        return idx
 
     names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
     e.emit(1, f"# loop over {space}: {names}")
@@ -239,6 +250,7 @@ def _loop(e, loop, inline):
     for d in range(r):
         rng = "prange" if par and d == 0 else "range"
         e.emit(1 + d, f"for i{d} in {rng}({space[d]}):")
+    inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
     depth = 1 + r
     for n in loop.nodes:
         out = n.outputs[0]
@@ -254,6 +266,7 @@ def _loop(e, loop, inline):
         else:
             regs[out] = f"t{out.id}"
             e.emit(depth, f"t{out.id} = {_expr(n, [read(v) for v in n.inputs], e)}", n)
+    e.lines[inner:inner] = ["    " * r + f"h{v.id} = {idx}" for v, idx in hoisted.items()]
     for v in loop.stores:
         tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 MIN_REPS = 4
 MAX_PERIOD = 64
-_NAME = re.compile(r"\b([vtrc])(\d+)\b")
+_NAME = re.compile(r"\b([vtrch])(\d+)\b")
 _INT = re.compile(r"(?<![\w.+-])(\d+)(?![\w.])")   # an integer literal (slice bounds, indices)
 
 
@@ -353,8 +353,9 @@ class _Roller:
             kind, num = m.group(1), int(m.group(2))
             if kind == "c":
                 return crename.get(num, m.group(0))
-            if num in rename:
-                return rename[num] or f"{kind}{num}_"
+            if num in rename:   # a carry's name stands for its array (v), not for a
+                r = rename[num]  # hoisted element of it (h): that one stays loop-local
+                return r if r and kind == "v" else f"{kind}{num}_"
             return m.group(0)
         lits = [_affine([it.lits[j] for it in its]) for j in range(len(it0.lits))]
         count = iter(range(len(lits)))

@@ -73,6 +73,13 @@ def _vector_norm(x, ord, dim, keepdim):
     return a.pow(ord).sum(dim, keepdim).pow(1.0 / ord)
 
 
+def _outer(a, b):
+    # (m, 1) @ (1, n) is a broadcast multiply: written so it fuses into the elementwise
+    # loop that consumes it (an unrolled RNN's weight gradients: dW += h.T @ dz) instead
+    # of a BLAS call and a temporary, which cost more than the multiply at these sizes
+    return a * b
+
+
 DECOMPOSITIONS = {
     "custom_function": _custom_function,
     "mean.default": lambda x: x.sum() / x.numel(),
@@ -81,7 +88,14 @@ DECOMPOSITIONS = {
     "_log_softmax.default": _log_softmax,
     "logsumexp.default": _logsumexp,
     "linalg_vector_norm.default": _vector_norm,
+    "mm.default": _outer,
 }
+# Decompositions that apply only to some inputs (the others keep their node).
+APPLIES = {"mm.default": lambda a, b: a.shape[1] == 1 and a.dtype == b.dtype}
+
+
+def _always(*ins):
+    return True
 
 
 def optimize(graph):
@@ -102,7 +116,7 @@ def rebuild(graph, decompose=True, cse=True):
         key = (node.op, tuple(v.id for v in ins), tuple((k, _key_attr(a)) for k, a in node.attrs.items()))
         if cse and key in seen:
             outs = seen[key]
-        elif decompose and node.op in DECOMPOSITIONS:
+        elif decompose and node.op in DECOMPOSITIONS and APPLIES.get(node.op, _always)(*ins):
             new.site_override = node.site
             res = DECOMPOSITIONS[node.op](*[Tracer(new, v) for v in ins], **node.attrs)
             new.site_override = None

@@ -14,7 +14,7 @@ import numpy as np
 
 from gradjit.runtime.segments import HOST
 from gradjit.tracer.registry import get_op
-from gradjit.tracer.tensor import _backward_name
+from gradjit.tracer.gradfn import _backward_name
 
 
 def check_node(node, arrays):

@@ -8,6 +8,7 @@ of Tensors (``grad``).
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -39,7 +40,7 @@ def _seeds(outputs, grad_outputs, batched=False):
         if g is None:
             if batched:
                 raise RuntimeError("is_grads_batched=True requires every grad_output to be given")
-            if o.data.size != 1:
+            if math.prod(o.shape) != 1:
                 made_by = (f", the result of {o.grad_fn.op} ({o.grad_fn.name()})"
                            if o.grad_fn is not None else "")
                 raise GradjitRuntimeError("grad can be implicitly created only for scalar outputs "

@@ -34,7 +34,7 @@ from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.device import is_device_array
-from gradjit.tracer.tensor import Tensor
+from gradjit.tracer.tensor import Tensor, compute_pending
 
 _PLANS = {}
 
@@ -127,6 +127,62 @@ def _seed_array(s):
     return s if is_device_array(s) else np.asarray(s)
 
 
+def build_joint_plan(hist, seed_types, targets):
+    """One function for a deferred forward and its backward: inputs are the leaves and
+    the seeds; outputs the root's value, then the gradients of ``targets`` (leaves)."""
+    g = hist.graph()
+    n_leaves = len(g.inputs)
+    seeds = [g.add_input(s, d) for s, d in seed_types]
+    grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets],
+                    {"once_differentiable": once_differentiable_rule})
+    g.outputs = [g.outputs[0]] + [x for x in grads if x is not None]
+    g = optimize(g)
+    before = list(g.inputs)
+    spec = []
+    for i in prune_inputs(g):
+        v = before[i]
+        spec.append(("const", g.constants[v]) if v in g.constants else
+                    ("in", i) if i < n_leaves else ("seed", i - n_leaves))
+    return Plan(exe=compile_segmented(g), feeds=spec, targets=[x is not None for x in grads],
+                slots=[], bwd_graph=g, batched=False)
+
+
+def _run_joint(hist, root, seeds, wrt_tensors, allow_unused):
+    """backward() of a deferred forward whose whole history is the tape: the forward runs
+    compiled together with the backward. None when the request needs the general path."""
+    wrt = [hist.addr(t) for t in wrt_tensors]
+    if any(a is not None and a[0] != "in" for a in wrt) or hist.stale:
+        return None
+    # Tensors of this history the caller still holds get their values as recorded.
+    compute_pending([fn for fn in hist.order[:-1] if fn._out is not None and fn._out() is not None])
+    targets = list(dict.fromkeys(a for a in wrt if a is not None))
+    seed_types = tuple((s.shape, s.dtype) for s in seeds)
+    key = ("joint", hist.key, tuple(targets), seed_types, os.environ.get("GRADJIT_EXECUTOR"),
+           os.environ.get("GRADJIT_FAST_MATH"))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = build_joint_plan(hist, seed_types, targets)
+    else:
+        STATS["memory_hits"] += 1
+    arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed" else a[1] if a[0] == "const"
+              else hist.leaves[a[1]]._data for a in plan.feeds]
+    results = iter(plan.exe(arrays, ()))
+    fn = root.grad_fn
+    value = np.asarray(next(results)).astype(fn.out_types[0][1], copy=False)
+    root._data = value.reshape(fn.out_types[0][0])
+    by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
+    hist.release()
+    out = [None if a is None else by_addr[a] for a in wrt]
+    for i, (t, g) in enumerate(zip(wrt_tensors, out)):
+        if g is not None and t._hooks:
+            out[i] = _hook_callback(t._hooks, False)(g)[0]
+        if g is None and not allow_unused:
+            raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
+                               f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
+                               f"the desired behavior.")
+    return wrt_tensors, out, []
+
+
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
                  allow_unused=True, batched=False, crossings=None):
     """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
@@ -138,6 +194,13 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     hist = History.of(roots)
     if wrt_tensors is None:
         wrt_tensors = [t for t in hist.leaves if t.requires_grad and id(t) not in hist.cuts]
+    if roots[0]._data is None:   # a deferred forward (tracer/deferred.py)
+        if (hist.taped and not (retain_graph or batched or hist.cuts or hist.key[3]
+                                or is_anomaly_enabled())):
+            done = _run_joint(hist, roots[0], seeds, wrt_tensors, allow_unused)
+            if done is not None:
+                return done
+        compute_pending(hist.order)
     n_wrt = len(wrt_tensors)
     if crossings is not None and hist.cuts:
         if batched:

@@ -29,6 +29,7 @@ from gradjit.runtime.segments import host_call
 from gradjit.tracer.api import apply as _apply_op
 from gradjit.tracer.modes import is_grad_enabled, no_grad, set_grad_enabled
 from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.tape import flush
 from gradjit.tracer.tensor import GradFn, Tensor
 from gradjit.tracer.trace import Tracer
 
@@ -136,6 +137,7 @@ class Function(metaclass=_FunctionMeta):
             return _apply_traced(cls, args)
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        flush()   # a forward may write its inputs (mark_dirty): deferred values first
         with no_grad():
             out = cls._forward(ctx, args)
         single = not isinstance(out, tuple)

@@ -43,6 +43,7 @@ class History:
         if taken is None:
             return cls(roots)
         self = cls.__new__(cls)
+        self.taped = True
         self.cuts, self.order, self.leaves = {}, taken.fns, taken.leaves
         self.pos = {id(fn): j for j, fn in enumerate(self.order)}
         self.leaf_pos = {id(t): i for i, t in enumerate(self.leaves)}
@@ -51,7 +52,7 @@ class History:
             if self.leaves[slot]._box[0] != version:
                 self.stale[slot] = (self.order[j], version)
         self.roots = [("node", len(self.order) - 1, roots[0]._index)]
-        leaf_types = tuple((t.data.shape, t.data.dtype.str) for t in self.leaves)
+        leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
         self.key = (tuple(taken.parts), leaf_types, tuple(self.roots), self._extras())
         return self
 
@@ -62,6 +63,8 @@ class History:
                       fn.ctx.fingerprint() if fn.ctx is not None else None)
                      for j, fn in enumerate(self.order)
                      if fn.hooks or fn.retains or fn.ctx is not None)
+
+    taped = False   # built from the recording tape (``of``), not by a walk
 
     def __init__(self, roots):
         # Device copies met on the way ({id(proxy leaf): copy's GradFn}): this graph ends at
@@ -106,7 +109,7 @@ class History:
                 self.leaf_pos[id(t)] = len(self.leaves)
                 self.leaves.append(t)
         self.roots = [self.addr(t) for t in roots]
-        leaf_types = tuple((t.data.shape, t.data.dtype.str) for t in self.leaves)
+        leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
         self.key = (tuple(parts), leaf_types, tuple(self.roots), self._extras())
 
     def addr(self, t):
@@ -127,7 +130,7 @@ class History:
                     f"one of the variables needed for gradient computation has been modified by an "
                     f"inplace operation: [{t.dtype.name} {list(t.shape)}], which is an input of "
                     f"{fn.name()}, is at version {t._box[0]}; expected version {version} instead.")
-            return t.data
+            return t._data
         fn, i = self.order[addr[1]], addr[2]
         if fn.out_data is None:
             raise RuntimeError(_FREED)
@@ -174,7 +177,7 @@ class History:
         """A new forward Graph (input i = leaf i, node j = op j; outputs = the roots).
         Custom Function nodes carry ``node=j`` so rules can find their context."""
         g = Graph("forward")
-        ins = [g.add_input(t.data.shape, t.data.dtype) for t in self.leaves]
+        ins = [g.add_input(t._data.shape, t._data.dtype) for t in self.leaves]
         for j, fn in enumerate(self.order):
             args = [g.nodes[e[0]].outputs[e[1]] if isinstance(e, tuple) else ins[e]
                     for e in _refs(fn, self)]

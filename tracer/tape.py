@@ -30,6 +30,7 @@ from gradjit.tracer.ir import _key_attr
 LIMIT = 200_000
 _gens = itertools.count(1)   # generation numbers, unique across threads
 _local = threading.local()
+FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
 
 
 def key_of(op, attrs, out_types):
@@ -58,8 +59,9 @@ class Tape:
         self.broken = False
 
     def add(self, fn):
+        """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
         if self.broken:
-            return
+            return False
         n = len(self.parts)
         if n >= LIMIT:
             return self.clear()
@@ -88,11 +90,20 @@ class Tape:
         fed.append(False)
         self.open += 1
         fn._tgen, fn._tpos = gen, n
+        return True
 
     def clear(self):
-        """Broken until the next take; drop what was recorded."""
+        """Broken until the next take; drop what was recorded (computing its deferred
+        nodes first: a pending node must always be on the current tape). Returns False."""
         self.broken = True
+        self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves, self.uses = [], [], [], {}, [], []
+        return False
+
+    def flush(self):
+        """Compute every deferred node recorded here (tracer/deferred.py)."""
+        if self.fns and FLUSH:
+            FLUSH[0]([r() for r in self.fns])
 
 
 class Taken:
@@ -109,16 +120,26 @@ def current():
     return tape
 
 
+def flush():
+    """Compute the deferred nodes on this thread's tape (before an in-place write)."""
+    tape = getattr(_local, "tape", None)
+    if tape is not None:
+        tape.flush()
+
+
 def take(roots):
     tape = current()
     _local.tape = Tape()
     if tape.broken or tape.open != 1 or len(roots) != 1:
+        tape.flush()   # entries the new tape does not know: none may stay pending
         return None
     fn = roots[0].grad_fn
     if fn is None or fn._tgen != tape.gen or fn._tpos != len(tape.parts) - 1:
+        tape.flush()
         return None
     fns = [r() for r in tape.fns]
     leaves = [r() for r in tape.leaves]
     if any(f is None for f in fns) or any(t is None for t in leaves):
+        tape.flush()
         return None   # cannot happen when the entries are all reachable; stay safe
     return Taken(fns, leaves, tape.parts, tape.uses)

@@ -18,11 +18,14 @@ Contract
 """
 from __future__ import annotations
 
-import itertools
+import weakref
 
 import numpy as np
 
 from gradjit.tracer import tape
+from gradjit.tracer.gradfn import GradFn
+from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
+                                     compute_pending)
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled)
@@ -31,57 +34,14 @@ from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
 from gradjit.tracer.tensor_inplace import InplaceMethods
 
-_seq = itertools.count()
-
-
-def _backward_name(op):
-    base = op.split(".")[0].lstrip("_")
-    return "".join(p.capitalize() for p in base.split("_")) + "Backward0"
-
-
-class GradFn:
-    """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
-
-    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
-                 "hooks", "retains", "ctx", "versions", "in_versions", "_key", "boundary",
-                 "_tgen", "_tpos", "__weakref__")
-
-    def __init__(self, op, attrs, edges, out_types, out_data, site):
-        self.op, self.attrs, self.edges = op, attrs, edges
-        self.out_types, self.out_data, self.site = out_types, out_data, site
-        self.seq = next(_seq)
-        self.freed = False
-        self.hooks = None     # {output index: [hook, ...]}
-        self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
-        self.ctx = None       # custom Function context
-        self.versions = None  # [(version box, version)] per output, set by the front end
-        # Version of each Tensor edge (leaf or constant) when it was used.
-        self.in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
-        self._key = None  # structural key piece, computed on first backward
-        self.boundary = None  # device copies: the leaf standing for this node on its device
-        self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
-
-    def name(self):
-        if self.ctx is not None:
-            return f"{self.attrs['function'].__name__}Backward"
-        return _backward_name(self.op)
-
-    def __repr__(self):
-        return f"<{self.name()}>"
-
-    def release(self):
-        self.out_data = None
-        self.freed = True
-
-
 class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
-    __slots__ = ("data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
+    __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
     _cuda = None    # set by gradjit.runtime: gradjit.runtime.cuda (device arrays, eager ops)
 
     def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
-        self.data = data
+        self._data = data   # None while pending (tracer/deferred.py)
         self.grad = None
         self.grad_fn = grad_fn
         self._index = index
@@ -93,8 +53,28 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             self.requires_grad = True
 
     # -- properties -----------------------------------------------------------------
-    shape = property(lambda self: tuple(self.data.shape))
-    dtype = property(lambda self: self.data.dtype)
+    @property
+    def data(self):
+        d = self._data
+        if d is None:   # a deferred op's value: compute it now (with its pending inputs)
+            compute_pending([self.grad_fn])
+            d = self._data
+        return d
+
+    @data.setter
+    def data(self, value):
+        self._data = value
+
+    @property
+    def shape(self):
+        d = self._data
+        return tuple(d.shape) if d is not None else self.grad_fn.out_types[self._index][0]
+
+    @property
+    def dtype(self):
+        d = self._data
+        return d.dtype if d is not None else self.grad_fn.out_types[self._index][1]
+
     is_leaf = property(lambda self: self.grad_fn is None)
 
     @property
@@ -212,11 +192,18 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         # argument binding and shape inference (the cache holds their results) and are
         # recorded inline. Keep it lean: it runs once per op of every eager step.
         key = [op_name]
+        pending = False
         for x in inputs:
-            if not isinstance(x, Tensor) or type(x.data) is not np.ndarray:
+            if not isinstance(x, Tensor):
                 return cls._finish(*_compute(op_name, inputs, attrs))
-            d = x.data
-            key += (d.shape, d.dtype)
+            d = x._data
+            if d is None:   # deferred: its types are recorded
+                key += x.grad_fn.out_types[x._index]
+                pending = True
+            elif type(d) is not np.ndarray:
+                return cls._finish(*_compute(op_name, inputs, attrs))
+            else:
+                key += (d.shape, d.dtype)
         if attrs:
             key += _attrs_key(attrs)
         key = tuple(key)
@@ -225,15 +212,29 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         except TypeError:            # an unhashable attribute
             return cls._finish(*_compute(op_name, inputs, attrs))
         if hit is None:
-            done = _compute(op_name, inputs, attrs)
             if len(_SEEN) >= 8192:
                 _SEEN.clear()
-            _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]))
-            return cls._finish(*done)
+            op = get_op(op_name)
+            if op.kind not in _DEFER_KINDS or not _DEFER[0]:
+                done = _compute(op_name, inputs, attrs)
+                _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]))
+                return cls._finish(*done)
+            # Deferrable: only the types are needed now (their inference reads no values,
+            # so pending inputs stand in as zero-size broadcasts of their types).
+            bound = bind_attrs(op, attrs)
+            out_types = op.infer([t._data if t._data is not None else
+                                  np.broadcast_to(np.zeros((), t.dtype), t.shape)
+                                  for t in inputs], bound)
+            hit = _SEEN[key] = (op, bound, out_types, tape.key_of(op.name, bound, out_types))
         op, attrs, out_types, piece = hit
+        if op.kind in _DEFER_KINDS and len(out_types) == 1 and _DEFER[0]:
+            t = cls._defer(op, attrs, inputs, out_types, piece)
+            if t is not None:
+                return t
         tok = _quiet()
         try:
-            res = (op.eager or op.impl)(*[t.data for t in inputs], **attrs)
+            res = (op.eager or op.impl)(*[t.data for t in inputs] if pending else
+                                        [t._data for t in inputs], **attrs)
         finally:
             _loud(tok)
         if type(res) is tuple:
@@ -259,6 +260,34 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         else:
             t.grad_fn = None
         fn.versions = [(t._box, 0)]
+        return t
+
+    @classmethod
+    def _defer(cls, op, attrs, inputs, out_types, piece):
+        """Record the op without running it (tracer/deferred.py); None when it must run."""
+        if out_types[0][1].kind != "f" or not is_grad_enabled():
+            return None
+        for t in inputs:
+            if t._inference:
+                return None
+            if t._requires_grad:
+                break
+        else:
+            return None
+        tp = tape.current()
+        if tp.broken:
+            return None
+        fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
+                                     for t in inputs], out_types, None, user_site())
+        fn._key = piece
+        t = Tensor(None, grad_fn=fn)
+        t._requires_grad = True
+        fn.versions = [(t._box, 0)]
+        if not tp.add(fn):   # the tape could not take it: run it now
+            compute_pending([fn])
+            t._data = fn.out_data[0]
+            return t
+        fn._out = weakref.ref(t)
         return t
 
     @classmethod
@@ -337,24 +366,6 @@ def _compute(op_name, inputs, attrs):
     return op, attrs, ts, True, outs, out_types
 
 
-try:   # NumPy's floating-point error state, set without np.errstate's per-call overhead
-    from numpy._core._ufunc_config import _extobj_contextvar
-    from numpy._core.umath import _make_extobj
-    _IGNORE = _make_extobj(all="ignore")
-
-    def _quiet():
-        return _extobj_contextvar.set(_IGNORE)
-
-    def _loud(token):
-        _extobj_contextvar.reset(token)
-except ImportError:   # another NumPy layout: the public (slower) way
-    def _quiet():
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
-
-    def _loud(state):
-        state.__exit__(None, None, None)
 
 
 def _one(xs):

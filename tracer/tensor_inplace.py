@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradjit.tracer import tape
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
 
@@ -29,6 +30,7 @@ class InplaceMethods:
     def _inplace(self, result):
         """Write ``result`` (computed out of place, recorded with edges to the old self)
         into this tensor's array and make this tensor the output of that node."""
+        tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         if self._inference and not is_inference_mode_enabled():
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
                                "allowed. You can make a clone to get a normal tensor before doing "
@@ -101,6 +103,7 @@ class InplaceMethods:
         or a value that requires grad it is a recorded, differentiable in-place op:
         gradients flow to the untouched part of ``x`` and to ``value``."""
         Tensor = _tensor_class()
+        tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         index = _concrete_index(index, Tensor)
         v = value if isinstance(value, Tensor) else None
         if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):

@@ -15,13 +15,26 @@ def _source(f, *args):
     (2048, 4, 1, "bl.mv("),   # one column of a large matrix: gemv
     (1, 4, 2048, "bl.vm("),   # one row: gemv
     (6, 5, 1, "bl.mm("),      # small: gemm (gemv's reshapes cost more there)
-    (3, 1, 4, "bl.mm("),      # outer product
+    (3, 1, 4, "mul.Tensor"),  # outer product: a broadcast multiply, fused, no BLAS call
     (4, 5, 3, "bl.mm("),
 ])
 def test_helper_by_shape(m, k, n, helper, rng):
     a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
     assert helper in _source(lambda x, y: x @ y, a, b)
     np.testing.assert_allclose(gj.jit(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-12)
+
+
+def test_outer_product_fuses_into_its_consumer(rng):
+    # dW += h.T @ dz in an unrolled RNN's backward: one loop, no product temporary
+    a, b, c = rng.normal(size=(5, 1)), rng.normal(size=(1, 4)), rng.normal(size=(5, 4))
+    src = _source(lambda a, b, c: c + a @ b, a, b, c)
+    assert "bl." not in src and src.count("for i1 in") == 1
+    assert "h0 = v0[i0, 0]" in src   # the column's element is read once per row
+    np.testing.assert_allclose(gj.jit(lambda a, b, c: c + a @ b)(a, b, c), c + a @ b, rtol=1e-14)
+    g = gj.grad(lambda a, b, c: ((c + a @ b) ** 2).sum(), argnums=(0, 1))(a, b, c)
+    r = 2 * (c + a @ b)
+    np.testing.assert_allclose(g[0], r @ b.T, rtol=1e-12)
+    np.testing.assert_allclose(g[1], a.T @ r, rtol=1e-12)
 
 
 def test_gemv_with_large_transposed_and_empty_operands(rng):

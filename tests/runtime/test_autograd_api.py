@@ -329,7 +329,8 @@ def test_saved_arrays_released_after_backward(interpreted):
     x = leaf(np.linspace(0.1, 1.0, 1000))
     h = x.exp()
     fn = h.grad_fn
-    ref = weakref.ref(fn.out_data[0])
+    ref = weakref.ref(h.data)            # computed now (the forward is deferred until read)
+    assert fn.out_data[0] is ref()
     y = (h * h).sum()
     del h
     gc.collect()

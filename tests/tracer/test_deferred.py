@@ -1,0 +1,236 @@
+"""Deferred forward in tensor mode (tracer/deferred.py, runtime/engine.py's joint path).
+
+A recorded op's value is computed when first needed; ``backward()`` on a pending root
+runs forward and backward as one compiled function. Every case is checked against the
+same program run eagerly (``set_deferred(False)``) and against NumPy.
+"""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime import engine
+from gradjit.tracer import deferred, tape
+
+
+@pytest.fixture
+def eager():
+    """Run the block with the deferred forward off."""
+    class Off:
+        def __enter__(self):
+            self.prev = deferred.set_deferred(False)
+
+        def __exit__(self, *exc):
+            deferred.set_deferred(self.prev)
+    return Off
+
+
+@pytest.fixture
+def joints(monkeypatch):
+    """Count runs of the joint (forward + backward) path."""
+    n = [0]
+    run = engine._run_joint
+
+    def counted(*a):
+        out = run(*a)
+        n[0] += out is not None
+        return out
+    monkeypatch.setattr(engine, "_run_joint", counted)
+    return n
+
+
+@pytest.fixture(autouse=True)
+def fresh_tape():
+    tape.take([])   # what earlier tests left on this thread's tape is not ours
+    yield
+    tape.take([])
+
+
+def _leaves(rng, shapes=((4, 3), (3,), ()), dtype=np.float64):
+    x = gj.tensor(rng.normal(size=shapes[0]).astype(dtype))
+    w = gj.tensor(rng.normal(size=shapes[1]).astype(dtype), requires_grad=True)
+    b = gj.tensor(rng.normal(size=shapes[2]).astype(dtype), requires_grad=True)
+    return x, w, b
+
+
+PROGRAMS = [
+    lambda x, w, b: (np.tanh(x * w + b) ** 2).sum(),
+    lambda x, w, b: ((x @ w) * b).exp().mean(),
+    lambda x, w, b: (x * w).sum(0).sigmoid().sum() + b * b,
+    lambda x, w, b: (x.T.reshape(-1) * 2.0 - b).abs().amax() + (w / (1.0 + w * w)).sum(),
+    lambda x, w, b: gj.nn.functional.log_softmax(x * w, dim=1).sum() * b,
+]
+
+
+@pytest.mark.parametrize("prog", PROGRAMS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_joint_backward_matches_eager(prog, dtype, rng, eager, joints):
+    x, w, b = _leaves(rng, dtype=dtype)
+    with eager():
+        ref = prog(x, w, b)
+        ref.backward()
+    gw, gb = w.grad.data.copy(), b.grad.data.copy()
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for step in range(3):
+        w.grad = b.grad = None
+        loss = prog(x, w, b)
+        assert loss.grad_fn.out_data is None and loss.shape == () and loss.dtype == dtype
+        loss.backward()
+        np.testing.assert_allclose(loss.data, ref.data, rtol=tol)
+        np.testing.assert_allclose(w.grad.data, gw, rtol=tol, atol=tol)
+        np.testing.assert_allclose(b.grad.data, gb, rtol=tol, atol=tol)
+        assert w.grad.dtype == dtype and loss.data.dtype == dtype
+    assert joints[0] == 3
+
+
+def test_compiles_once_and_hits_afterwards(rng):
+    x, w, b = _leaves(rng, shapes=((5, 2), (2,), (1,)))
+    before = gj.stats()
+    for _ in range(4):
+        (np.tanh(x * w + b) ** 2).sum().backward()
+    after = gj.stats()
+    built = (after["compiles"] + after["disk_hits"]) - (before["compiles"] + before["disk_hits"])
+    assert built == 1 and after["memory_hits"] - before["memory_hits"] == 3
+
+
+def test_pending_values_read_types_without_computing(rng):
+    x, w, b = _leaves(rng)
+    y = x * w + b
+    assert y._data is None and y.shape == (4, 3) and y.ndim == 2 and y.dtype == np.float64
+    assert y.numel() == 12 and len(y) == 4
+    z = (y * y).sum(1)
+    assert z._data is None
+    np.testing.assert_allclose(z.data, ((x.data * w.data + b.data) ** 2).sum(1), rtol=1e-14)
+    assert y._data is not None   # computed on the way, kept by its live Tensor
+    np.testing.assert_allclose(y.data, x.data * w.data + b.data, rtol=1e-15)
+    assert float(z.sum()) == pytest.approx(float(((x.data * w.data + b.data) ** 2).sum()))
+    assert "tensor(" in repr(y)
+
+
+def test_held_intermediates_keep_their_recorded_values(rng, joints):
+    x, w, b = _leaves(rng)
+    h = np.tanh(x * w)
+    loss = (h * b).sum()
+    loss.backward()
+    assert joints[0] == 1
+    np.testing.assert_allclose(h.data, np.tanh(x.data * w.data), rtol=1e-15)
+    np.testing.assert_allclose(b.grad.data, np.tanh(x.data * w.data).sum(), rtol=1e-12)
+
+
+def test_in_place_writes_see_no_deferred_value_change(rng):
+    x, w, b = _leaves(rng)
+    w0 = w.data.copy()
+    y = x * w * w      # pending, reads w (and its backward needs w)
+    with gj.no_grad():
+        w.mul_(2.0)    # computes y first: y keeps w's value at its recording
+    np.testing.assert_allclose(y.data, x.data * w0 * w0, rtol=1e-15)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    u = x * b
+    u.add_(1.0)        # in place on a pending non-leaf
+    np.testing.assert_allclose(u.data, x.data * b.data + 1.0, rtol=1e-15)
+    u.sum().backward()
+    np.testing.assert_allclose(b.grad.data, x.data.sum(), rtol=1e-12)
+
+
+def test_setitem_and_numpy_reads_see_recorded_values(rng):
+    x, w, b = _leaves(rng)
+    v = gj.tensor(np.arange(3.0))
+    y = w * 1.0 + v
+    v[0] = 100.0       # a write into a leaf: deferred values are computed first
+    np.testing.assert_allclose(y.data, w.data + np.arange(3.0), rtol=1e-15)
+
+
+def test_side_computations_and_broken_tapes_fall_back(rng, joints):
+    x, w, b = _leaves(rng)
+    side = (w * 3.0).sum()                         # not part of the loss
+    loss = (x * w).sum() + b
+    loss.backward()
+    assert joints[0] == 0
+    np.testing.assert_allclose(side.data, 3.0 * w.data.sum(), rtol=1e-14)
+    np.testing.assert_allclose(w.grad.data, x.data.sum(0), rtol=1e-12)
+
+    class Double(gj.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2.0
+    w.grad = None
+    pre = w * w                                     # pending when the Function breaks the tape
+    loss = Double.apply(pre).sum()
+    loss.backward()
+    np.testing.assert_allclose(pre.data, w.data * w.data, rtol=1e-15)
+    np.testing.assert_allclose(w.grad.data, 4.0 * w.data, rtol=1e-12)
+
+
+def test_general_path_features_on_a_deferred_forward(rng):
+    x, w, b = _leaves(rng)
+    # retain_grad, hooks on non-leaves, retain_graph, create_graph: computed, then the
+    # general engine, as eager
+    h = x * w
+    h.retain_grad()
+    (h * b).sum().backward()
+    np.testing.assert_allclose(h.grad.data, np.full((4, 3), b.data), rtol=1e-15)
+    seen = []
+    w.grad = None
+    h = x * w
+    h.register_hook(lambda g: seen.append(g.shape))
+    loss = (h ** 2).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    assert seen == [(4, 3), (4, 3)]
+    np.testing.assert_allclose(w.grad.data, 2 * (2 * x.data ** 2 * w.data).sum(0), rtol=1e-12)
+    (gw,) = gj.autograd.grad((w ** 3).sum(), [w], create_graph=True)
+    (gww,) = gj.autograd.grad(gw.sum(), [w])
+    np.testing.assert_allclose(gww.data, 6 * w.data, rtol=1e-12)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss = (x * w).sum()
+        loss.backward()
+        loss.backward()
+
+
+def test_grad_api_and_leaf_hooks_on_the_joint_path(rng, joints):
+    x, w, b = _leaves(rng)
+    unused = gj.tensor(np.ones(2), requires_grad=True)
+    gw, gu = gj.autograd.grad((x * w).sum() * 2.0, [w, unused], allow_unused=True)
+    assert gu is None
+    np.testing.assert_allclose(gw.data, 2 * x.data.sum(0), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="appears to not have been used"):
+        gj.autograd.grad((x * w).sum(), [w, unused])
+    w.register_hook(lambda g: g * 10.0)
+    (x * w).sum().backward()
+    np.testing.assert_allclose(w.grad.data, 10 * x.data.sum(0), rtol=1e-12)
+    assert joints[0] == 2   # the failing call raised from inside it
+
+
+def test_non_deferrable_ops_compute_their_inputs(rng):
+    x, w, b = _leaves(rng)
+    y = x * w
+    z = y[1:3]                       # an index op: runs at once, on y's value
+    assert z._data is not None
+    np.testing.assert_allclose(z.data, (x.data * w.data)[1:3], rtol=1e-15)
+    z.sum().backward()
+    np.testing.assert_allclose(w.grad.data, x.data[1:3].sum(0), rtol=1e-12)
+
+
+def test_off_switch_and_no_grad_run_at_once(rng, eager):
+    x, w, b = _leaves(rng)
+    with eager():
+        assert (x * w)._data is not None
+    with gj.no_grad():
+        assert (x * w)._data is not None
+    assert (x * 2.0)._data is not None      # nothing requires grad: nothing to record
+    assert (x * w)._data is None
+
+
+def test_tape_limit_computes_what_it_drops(rng, monkeypatch):
+    monkeypatch.setattr(tape, "LIMIT", 5)
+    tape.take([])
+    x, w, b = _leaves(rng)
+    ys = [w * float(k) for k in range(8)]   # the tape breaks at the sixth entry
+    assert all(y._data is not None or y.grad_fn.out_data is not None for y in ys)
+    for k, y in enumerate(ys):
+        np.testing.assert_allclose(y.data, w.data * k, rtol=1e-15)
+    tape.take([])

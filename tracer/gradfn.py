@@ -1,0 +1,59 @@
+"""``GradFn``: one recorded op of tensor mode's history.
+
+Contract
+- ``edges[i]`` is ``(GradFn, output index)`` for an input made by a recorded op,
+  or the input ``Tensor`` itself (a leaf or a constant), never an
+  intermediate Tensor object, so freeing ``out_data`` after backward frees
+  the saved arrays.
+- ``out_data`` holds the output arrays; None while a deferred op is pending
+  (tracer/deferred.py) and after ``release()`` (``freed`` tells which).
+- ``in_versions`` records each Tensor edge's version when it was used;
+  ``versions`` each output's (box, version), so backward can refuse values an
+  in-place op changed.
+"""
+from __future__ import annotations
+
+import itertools
+
+_seq = itertools.count()
+
+
+def _backward_name(op):
+    base = op.split(".")[0].lstrip("_")
+    return "".join(p.capitalize() for p in base.split("_")) + "Backward0"
+
+
+class GradFn:
+    """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
+
+    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
+                 "hooks", "retains", "ctx", "versions", "in_versions", "_key", "boundary",
+                 "_tgen", "_tpos", "_out", "__weakref__")
+
+    def __init__(self, op, attrs, edges, out_types, out_data, site):
+        self.op, self.attrs, self.edges = op, attrs, edges
+        self.out_types, self.out_data, self.site = out_types, out_data, site
+        self.seq = next(_seq)
+        self.freed = False
+        self.hooks = None     # {output index: [hook, ...]}
+        self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
+        self.ctx = None       # custom Function context
+        self.versions = None  # [(version box, version)] per output, set by the front end
+        # Version of each Tensor edge (leaf or constant) when it was used.
+        self.in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
+        self._key = None  # structural key piece, computed on first backward
+        self.boundary = None  # device copies: the leaf standing for this node on its device
+        self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
+        self._out = None      # deferred nodes: a weak reference to their output Tensor
+
+    def name(self):
+        if self.ctx is not None:
+            return f"{self.attrs['function'].__name__}Backward"
+        return _backward_name(self.op)
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    def release(self):
+        self.out_data = None
+        self.freed = True
