@@ -42,6 +42,7 @@ from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
+SPLIT_SUM_MIN = 1 << 15   # elements: a full sum in a loop this large is stored, then summed
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
 
@@ -231,18 +232,24 @@ def _loop(e, loop, inline):
     for v in loop.stores:
         if v.ndim:
             e.emit(1, f"v{v.id} = al.empty({v.shape}, {_np_dtype(v.dtype)})")
-    scalar_red, array_red = [], []
+    scalar_red, array_red, split = [], [], []
+    size = int(np.prod(space)) if space else 1
     for n in loop.reductions:
         out = n.outputs[0]
         dims = reduced_dims(n)
-        if len(dims) == r:
+        if len(dims) == r and r and size >= SPLIT_SUM_MIN and n.op == "sum.default" \
+                and out.dtype.kind == "f":
+            # Stored here, summed after the loop (al.total): a running sum would keep
+            # the whole loop from vectorising.
+            split.append(n)
+            e.emit(1, f"s{out.id} = al.empty({space}, {_np_dtype(n.inputs[0].dtype)})")
+        elif len(dims) == r:
             scalar_red.append(n)
             e.emit(1, f"r{out.id} = {_acc_init(n)}")
         else:
             array_red.append(n)
             fill = _acc_init(n)
             e.emit(1, f"v{out.id} = al.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
-    size = int(np.prod(space)) if space else 1
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
@@ -255,7 +262,9 @@ def _loop(e, loop, inline):
     for n in loop.nodes:
         out = n.outputs[0]
         x = read(n.inputs[0])
-        if n in scalar_red:
+        if n in split:
+            e.emit(depth, f"s{out.id}[{', '.join(f'i{d}' for d in range(r))}] = {x}", n)
+        elif n in scalar_red:
             e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
         elif n in array_red:
             dims = reduced_dims(n)
@@ -270,7 +279,9 @@ def _loop(e, loop, inline):
     for v in loop.stores:
         tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
-    for n in scalar_red:
+    for n in split:
+        e.emit(1, f"r{n.outputs[0].id} = al.total(s{n.outputs[0].id}.reshape({size}))")
+    for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"
         if out.ndim:  # keepdim over every dim
@@ -419,7 +430,7 @@ def generate(graph, name="entry", pack_inputs=False):
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
-    if re.search(r"\bal\.(?:empty|full|zeros|contiguous)\(", "\n".join(e.prologue + e.lines + shared)):
+    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',

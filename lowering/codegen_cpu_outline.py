@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 OUTLINE_MIN_LOOPS = 24
-_NAME = re.compile(r"\b([vtrch])(\d+)\b|%(\d+)")
+_NAME = re.compile(r"\b([vtrchs])(\d+)\b|%(\d+)")
 _TOP_ASSIGN = re.compile(r"^    (v\d+) = ")
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 MIN_REPS = 4
 MAX_PERIOD = 64
-_NAME = re.compile(r"\b([vtrch])(\d+)\b")
+_NAME = re.compile(r"\b([vtrchs])(\d+)\b")
 _INT = re.compile(r"(?<![\w.+-])(\d+)(?![\w.])")   # an integer literal (slice bounds, indices)
 
 
