@@ -44,6 +44,7 @@ class Block:
     defs: set
     parallel: bool = False
     is_loop: bool = False
+    outlined: bool = False   # a loop already outlined: its one line calls the shared function
 
 
 @dataclass(eq=False)

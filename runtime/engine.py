@@ -150,18 +150,23 @@ def build_joint_plan(hist, seed_types, targets):
 def _run_joint(hist, root, seeds, wrt_tensors, allow_unused):
     """backward() of a deferred forward whose whole history is the tape: the forward runs
     compiled together with the backward. None when the request needs the general path."""
-    wrt = [hist.addr(t) for t in wrt_tensors]
-    if any(a is not None and a[0] != "in" for a in wrt) or hist.stale:
+    leaf_pos, wrt = hist.leaf_pos, []
+    for t in wrt_tensors:
+        i = leaf_pos.get(id(t))
+        if i is None and t.grad_fn is not None:
+            return None   # a non-leaf: the general path
+        wrt.append(None if i is None else ("in", i))
+    if hist.stale:
         return None
     # Tensors of this history the caller still holds get their values as recorded.
     compute_pending([fn for fn in hist.order[:-1] if fn._out is not None and fn._out() is not None])
-    targets = list(dict.fromkeys(a for a in wrt if a is not None))
-    seed_types = tuple((s.shape, s.dtype) for s in seeds)
-    key = ("joint", hist.key, tuple(targets), seed_types, os.environ.get("GRADJIT_EXECUTOR"),
+    targets = tuple(dict.fromkeys(a for a in wrt if a is not None))
+    # (the seed has the root's type, which the history's key holds)
+    key = ("joint", hist.key, targets, os.environ.get("GRADJIT_EXECUTOR"),
            os.environ.get("GRADJIT_FAST_MATH"))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = build_joint_plan(hist, seed_types, targets)
+        plan = _PLANS[key] = build_joint_plan(hist, ((root.shape, root.dtype),), targets)
     else:
         STATS["memory_hits"] += 1
     arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed" else a[1] if a[0] == "const"

@@ -45,7 +45,7 @@ class History:
         self = cls.__new__(cls)
         self.taped = True
         self.cuts, self.order, self.leaves = {}, taken.fns, taken.leaves
-        self.pos = {id(fn): j for j, fn in enumerate(self.order)}
+        self._pos = None   # built when asked (pos): a joint backward never needs it
         self.leaf_pos = {id(t): i for i, t in enumerate(self.leaves)}
         self.stale = {}
         for slot, version, j in taken.uses:
@@ -87,7 +87,7 @@ class History:
                 elif isinstance(e, tuple):
                     stack.append(e[0])
         self.order = order = sorted(fns.values(), key=lambda f: f.seq)
-        self.pos = pos = {id(fn): j for j, fn in enumerate(order)}
+        self._pos = pos = {id(fn): j for j, fn in enumerate(order)}
         self.leaves, self.leaf_pos, self.stale = [], {}, {}
         parts = []
         for j, fn in enumerate(order):
@@ -111,6 +111,13 @@ class History:
         self.roots = [self.addr(t) for t in roots]
         leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
         self.key = (tuple(parts), leaf_types, tuple(self.roots), self._extras())
+
+    @property
+    def pos(self):
+        """id(GradFn) -> its position in ``order``."""
+        if self._pos is None:
+            self._pos = {id(fn): j for j, fn in enumerate(self.order)}
+        return self._pos
 
     def addr(self, t):
         if t.grad_fn is not None and t.grad_fn.boundary is not None:

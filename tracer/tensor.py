@@ -267,12 +267,12 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         """Record the op without running it (tracer/deferred.py); None when it must run."""
         if out_types[0][1].kind != "f" or not is_grad_enabled():
             return None
+        record = False
         for t in inputs:
-            if t._inference:
+            if t._inference:   # the eager path raises torch's error
                 return None
-            if t._requires_grad:
-                break
-        else:
+            record = record or t._requires_grad
+        if not record:
             return None
         tp = tape.current()
         if tp.broken:

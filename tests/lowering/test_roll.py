@@ -279,3 +279,31 @@ def test_packed_call_with_read_only_and_wrong_shaped_arguments():
         g(*flat)   # (3, 1) @ (3, 5) does not multiply: traced anew, the shape error is raised
     for a, b in zip(g(*args), want):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_big_loops_of_a_rolled_body_are_outlined(monkeypatch):
+    # hidden 16: the weight-gradient loops have 16 * 16 = OUTLINE_BIG elements
+    from gradjit.lowering import codegen_cpu
+    rng = np.random.default_rng(3)
+    H = 16
+    assert H * H >= codegen_cpu.OUTLINE_BIG
+    args = [rng.standard_normal((3, H)) / 2, rng.standard_normal((H, H)) / 5,
+            0.1 * rng.standard_normal(H), np.zeros((1, H))]
+    args += [rng.standard_normal((1, 3)) for _ in range(40)]
+
+    def loss(Wx, Wh, b, h, *xs):
+        for x in xs:
+            h = np.tanh(x @ Wx + h @ Wh + b)
+        return (h * h).sum()
+    f = gj.grad(loss, argnums=(0, 1, 2))
+    g, call_args, arg_values = f._trace(args)
+    f._trace_body(g, call_args, arg_values)
+    src = generate(optimize(g)).source
+    assert "# rolled:" in src and 0 < src.count("\ndef loop") <= 6
+    body = src.split("# rolled:")[2]   # the backward's rolled loop calls them
+    assert " = loop" in body
+    got = f(*args)
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    want = gj.grad(loss, argnums=(0, 1, 2))(*args)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

@@ -234,3 +234,11 @@ def test_tape_limit_computes_what_it_drops(rng, monkeypatch):
     for k, y in enumerate(ys):
         np.testing.assert_allclose(y.data, w.data * k, rtol=1e-15)
     tape.take([])
+
+
+def test_an_inference_tensor_after_a_grad_input_still_raises(rng):
+    x, w, b = _leaves(rng)
+    with gj.inference_mode():
+        t = x * 2.0
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        w * t
