@@ -242,3 +242,14 @@ def test_an_inference_tensor_after_a_grad_input_still_raises(rng):
         t = x * 2.0
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         w * t
+
+
+def test_joint_path_with_a_seed_and_inputs(rng, joints):
+    x, w, b = _leaves(rng)
+    seed = rng.normal(size=4)
+    y = np.tanh(x @ w) * b                      # a vector root, pending
+    y.backward(gj.tensor(seed), inputs=[w])      # only w accumulates
+    t = np.tanh(x.data @ w.data)
+    np.testing.assert_allclose(w.grad.data, x.data.T @ (seed * b.data * (1 - t * t)), rtol=1e-12)
+    assert b.grad is None and joints[0] == 1
+    np.testing.assert_allclose(y.data, t * b.data, rtol=1e-14)
