@@ -7,6 +7,7 @@ Contract
   the saved arrays.
 - ``out_data`` holds the output arrays; None while a deferred op is pending
   (tracer/deferred.py) and after ``release()`` (``freed`` tells which).
+- ``HookHandle`` is what ``Tensor.register_hook`` returns.
 - ``in_versions`` records each Tensor edge's version when it was used;
   ``versions`` each output's (box, version), so backward can refuse values an
   in-place op changed.
@@ -57,3 +58,14 @@ class GradFn:
     def release(self):
         self.out_data = None
         self.freed = True
+
+
+class HookHandle:
+    """What ``register_hook`` returns: ``remove()`` takes the hook off."""
+
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)

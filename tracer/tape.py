@@ -18,6 +18,9 @@ Contract
   made by a node from before the last take or by a node not on the tape
   (custom Functions, device copies), or more than ``LIMIT`` entries.
 - The tape holds weak references only: it never keeps a graph or a leaf alive.
+- Deferred nodes (tracer/deferred.py) stay pending only while they are on the
+  current tape: ``add`` returns False when it did not take a node, and
+  ``flush`` (also run when entries are dropped) computes every pending one.
 """
 from __future__ import annotations
 

@@ -1,10 +1,14 @@
-"""Eager ``Tensor`` (torch.autograd-like): forward runs in NumPy, ops are recorded.
+"""``Tensor`` (torch.autograd-like): ops are recorded; values come from NumPy.
 
 Contract
-- ``Tensor.data`` is always a NumPy array. An op on tensors runs its NumPy
-  reference at once; when grad mode is on and an input requires grad, it also
-  records a ``GradFn`` (the op, its attributes, edges to its inputs, and its
-  output arrays, which are the values backward may need).
+- ``Tensor.data`` is always a NumPy array (or a device array). An op on
+  tensors checks its types at once; when grad mode is on and an input
+  requires grad, it records a ``GradFn`` (tracer/gradfn.py: the op, its
+  attributes, edges to its inputs, and its output arrays, which are the
+  values backward may need). Recorded ops of the deferrable kinds compute
+  their value when it is first read (tracer/deferred.py: ``_data`` is None
+  until then, and ``data`` computes it); every other op runs its NumPy
+  reference at once.
 - Edges point at the producing ``GradFn`` (non-leaf) or at the input
   ``Tensor`` itself (leaf or constant), never at intermediate Tensor objects,
   so freeing ``GradFn.out_data`` after backward really frees the saved arrays.
@@ -23,7 +27,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer import tape
-from gradjit.tracer.gradfn import GradFn
+from gradjit.tracer.gradfn import GradFn, HookHandle
 from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
                                      compute_pending)
 from gradjit.tracer.api import ArrayOps
@@ -130,7 +134,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             table = self.grad_fn.hooks = self.grad_fn.hooks or {}
             hooks = table.setdefault(self._index, [])
         hooks.append(hook)
-        return _HookHandle(hooks, hook)
+        return HookHandle(hooks, hook)
 
     def retain_grad(self):
         """Keep ``.grad`` for this non-leaf tensor after backward (leaves always do)."""
@@ -319,15 +323,6 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         else:
             self.grad_fn = None  # integer/bool outputs never carry gradients
         return self
-
-
-class _HookHandle:
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self):
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
 
 
 _SEEN = {}   # (op, input shapes and dtypes, attributes) -> (op, output types)
