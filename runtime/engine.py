@@ -178,14 +178,19 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused):
     by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
     hist.release()
     out = [None if a is None else by_addr[a] for a in wrt]
+    return wrt_tensors, _leaf_results(wrt_tensors, out, allow_unused, False), []
+
+
+def _leaf_results(wrt_tensors, out, allow_unused, create_graph, across=False):
+    """Run leaf hooks on the gradients and refuse unused inputs (torch's message)."""
     for i, (t, g) in enumerate(zip(wrt_tensors, out)):
-        if g is not None and t._hooks:
-            out[i] = _hook_callback(t._hooks, False)(g)[0]
-        if g is None and not allow_unused:
+        if g is not None and t.grad_fn is None and t._hooks:
+            out[i] = _hook_callback(t._hooks, create_graph)(g)[0]
+        if g is None and not allow_unused and not across:
             raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
                                f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
                                f"the desired behavior.")
-    return wrt_tensors, out, []
+    return out
 
 
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
@@ -200,7 +205,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     if wrt_tensors is None:
         wrt_tensors = [t for t in hist.leaves if t.requires_grad and id(t) not in hist.cuts]
     if roots[0]._data is None:   # a deferred forward (tracer/deferred.py)
-        if (hist.taped and not (retain_graph or batched or hist.cuts or hist.key[3]
+        if (hist.taped and not (retain_graph or batched or hist.cuts or hist.extras
                                 or is_anomaly_enabled())):
             done = _run_joint(hist, roots[0], seeds, wrt_tensors, allow_unused)
             if done is not None:
@@ -245,13 +250,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         hist.release()
     out = [None if a is None else by_addr[a] for a in wrt]
     across = len(wrt_tensors) > n_wrt   # an unused input here may be reached across a copy
-    for i, (t, g) in enumerate(zip(wrt_tensors, out)):
-        if g is not None and t.grad_fn is None and t._hooks:
-            out[i] = _hook_callback(t._hooks, create_graph)(g)[0]
-        if g is None and not allow_unused and not across:
-            raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "
-                               f"in the graph (inputs[{i}]). Set allow_unused=True if this is "
-                               f"the desired behavior.")
+    out = _leaf_results(wrt_tensors, out, allow_unused, create_graph, across)
     if across:
         crossings.extend((hist.cuts[id(t)], g) for t, g in zip(wrt_tensors[n_wrt:], out[n_wrt:])
                          if g is not None)

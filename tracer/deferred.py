@@ -2,7 +2,7 @@
 
 Contract
 - On the eager hot path (``Tensor._apply``: CPU tensors, a signature seen
-  before), an op that records a node and is in ``DEFERRABLE`` (elementwise,
+  before), an op that records a node and is of a kind in ``_KINDS`` (elementwise,
   reduction, matmul, shape and composite ops: pure, with no value-dependent
   errors, so deferring changes no error) with one floating-point output is
   recorded *without* running: its Tensor is pending (``_data is None``) and
@@ -63,10 +63,6 @@ def set_deferred(flag):
     prev = _ENABLED[0]
     _ENABLED[0] = bool(flag)
     return prev
-
-
-def is_deferred_enabled():
-    return _ENABLED[0]
 
 
 def _pending(fn):

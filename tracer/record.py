@@ -53,7 +53,8 @@ class History:
                 self.stale[slot] = (self.order[j], version)
         self.roots = [("node", len(self.order) - 1, roots[0]._index)]
         leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
-        self.key = (tuple(taken.parts), leaf_types, tuple(self.roots), self._extras())
+        self.extras = self._extras()
+        self.key = (tuple(taken.parts), leaf_types, tuple(self.roots), self.extras)
         return self
 
     def _extras(self):
@@ -110,7 +111,8 @@ class History:
                 self.leaves.append(t)
         self.roots = [self.addr(t) for t in roots]
         leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
-        self.key = (tuple(parts), leaf_types, tuple(self.roots), self._extras())
+        self.extras = self._extras()
+        self.key = (tuple(parts), leaf_types, tuple(self.roots), self.extras)
 
     @property
     def pos(self):
