@@ -9,7 +9,9 @@ Contract
   Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
   for the exact argument types while holding a file lock (Numba updates its
   cache index without one). Later lazy compiles are disabled so every
-  compilation goes through here and is counted.
+  compilation goes through here and is counted. A disk hit is read without
+  ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
+  most of a warm process's first-gradient time.
 - ``STATS``: per-process counters. Every compile request ends in exactly one
   of ``compiles`` (Numba compiled), ``disk_hits`` (loaded from Numba's cache)
   or ``memory_hits`` (already loaded in this process). ``stats()`` adds the
@@ -33,7 +35,10 @@ import warnings
 
 import numba
 import numpy as np
+from numba.core import sigutils
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
+from numba.core.runtime import rtsys
 
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
@@ -106,9 +111,10 @@ def load(source, signature, name="entry"):
         disp = getattr(_import(path, f"gradjit_gen_{h}"), name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NumbaPerformanceWarning)
-            disp.compile(signature)
+        if not _load_cached(disp, signature):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                disp.compile(signature)
         disp.disable_compile()
         if sum(disp.stats.cache_hits.values()) > hits:
             STATS["disk_hits"] += 1
@@ -117,6 +123,35 @@ def load(source, signature, name="entry"):
     STATS["compile_seconds"] += time.perf_counter() - t0
     _LOADED[key] = disp
     return disp
+
+
+def _load_cached(disp, signature):
+    """Load ``signature`` from Numba's disk cache without ``disp.compile``; False on a miss.
+
+    Why: ``Dispatcher.compile`` refreshes the target context before it reads the cache,
+    importing and registering every Numba implementation module (0.15-0.3 s, most of
+    a warm process's first gradient). Cached machine code needs none of that; it needs
+    only the runtime (NRT) symbols, which ``rtsys.initialize`` installs. A compile that
+    follows in this process still refreshes (Numba's compiler does so itself). This
+    leans on Numba internals, so any surprise falls back to ``disp.compile``.
+    """
+    try:
+        cache, ctx = disp._cache, disp.targetctx
+        load = cache._load_overload
+    except AttributeError:
+        return False
+    with global_compiler_lock:
+        rtsys.initialize(ctx)
+        args, _ = sigutils.normalize_signature(signature)
+        if tuple(args) in disp.overloads:
+            return False
+        cres = load(signature, ctx)
+        if cres is None:
+            return False
+        ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        disp.add_overload(cres)
+        disp._cache_hits[signature] += 1
+    return True
 
 
 class Executable:

@@ -90,15 +90,19 @@ _CHILD = textwrap.dedent("""
     g = gj.grad(lambda w, x: (np.tanh(x * w + 0.1) ** 2).sum())(w, x)
     t = gj.tensor(w, requires_grad=True)
     (np.exp(t) * x).sum().backward()
-    print(json.dumps({"stats": gj.stats(), "g": g.tolist(), "t": t.grad.data.tolist()}))
+    out = {"stats": gj.stats(), "g": g.tolist(), "t": t.grad.data.tolist()}
+    if NEW:     # a compile after disk hits: Numba must still set up its registries then
+        out["new"] = gj.grad(lambda w: (np.sin(w) * np.cos(w).sum()).sum())(w).tolist()
+        out["new_stats"] = gj.stats()
+    print(json.dumps(out))
 """)
 
 
-def _run_child(cache):
+def _run_child(cache, new=False):
     env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache))
     env.pop("GRADJIT_EXECUTOR", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", f"NEW = {new}\n" + _CHILD], env=env,
+                         capture_output=True, text=True, check=True)
     import json
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -113,6 +117,15 @@ def test_fresh_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     # ... and generates no source: both plans come from the disk
     assert second["stats"]["plan_hits"] == 2 and second["stats"]["plan_misses"] == 0
     assert second["g"] == first["g"] and second["t"] == first["t"]
+    # disk hits skip Numba's registry refresh (compiler._load_cached); a compile later in
+    # the same process must still work
+    third = _run_child(tmp_path, new=True)
+    assert third["stats"]["compiles"] == 0 and third["stats"]["disk_hits"] == 2
+    assert third["g"] == first["g"] and third["t"] == first["t"]
+    assert third["new_stats"]["compiles"] == 1
+    w = np.linspace(-1, 1, 12)
+    np.testing.assert_allclose(third["new"], np.cos(w) * np.cos(w).sum()
+                               - np.sin(w) * np.sin(w).sum(), rtol=1e-12)
 
 
 def test_interpreter_and_compiled_agree(rng, monkeypatch):
