@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from gradjit.runtime.engine import run_backward
+from gradjit.runtime.fast_backward import fast_backward
 from gradjit.tracer.registry import GradjitRuntimeError
 from gradjit.runtime.crossing import moved, source
 from gradjit.tracer.device import is_device_array
@@ -79,6 +80,14 @@ def _accumulate(t, g):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
              grad_variables=None, inputs=None):
+    fast_key = None
+    root = tensors[0] if type(tensors) is list and len(tensors) == 1 else tensors
+    if (type(root) is Tensor and root._data is None and grad_tensors is None
+            and not retain_graph and not create_graph and grad_variables is None
+            and inputs is None):   # loss.backward() of a deferred step (runtime/fast_backward.py)
+        fast_key = fast_backward(root)
+        if fast_key is True:
+            return
     if grad_variables is not None:
         warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", stacklevel=2)
         if grad_tensors is not None:
@@ -94,7 +103,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
             raise RuntimeError("'inputs' argument to backward() cannot be empty.")
     crossings = []
     wrt_out, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph,
-                                            crossings=crossings)
+                                            crossings=crossings, fast_key=fast_key)
     for t, g in zip(wrt_out, grads):
         if g is not None:
             _accumulate(t, g)

@@ -29,6 +29,7 @@ from gradjit.lowering.passes import extract, optimize, prune_inputs
 from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
 from gradjit.runtime.cuda import compile_graph_cuda
+from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
@@ -147,7 +148,7 @@ def build_joint_plan(hist, seed_types, targets):
                 slots=[], bwd_graph=g, batched=False)
 
 
-def _run_joint(hist, root, seeds, wrt_tensors, allow_unused):
+def _run_joint(hist, root, seeds, wrt_tensors, allow_unused, fast_key=None):
     """backward() of a deferred forward whose whole history is the tape: the forward runs
     compiled together with the backward. None when the request needs the general path."""
     leaf_pos, wrt = hist.leaf_pos, []
@@ -177,6 +178,7 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused):
     root._data = value.reshape(fn.out_types[0][0])
     by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
     hist.release()
+    register(fast_key, plan, [a[1] for a, has in zip(targets, plan.targets) if has])
     out = [None if a is None else by_addr[a] for a in wrt]
     return wrt_tensors, _leaf_results(wrt_tensors, out, allow_unused, False), []
 
@@ -194,7 +196,7 @@ def _leaf_results(wrt_tensors, out, allow_unused, create_graph, across=False):
 
 
 def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=False,
-                 allow_unused=True, batched=False, crossings=None):
+                 allow_unused=True, batched=False, crossings=None, fast_key=None):
     """Gradients of sum(<seed, root>) w.r.t. ``wrt_tensors`` (``None``: every leaf that
     requires grad). Returns (wrt tensors, grads, [(retaining tensor, grad)]). With a list
     ``crossings``, the gradient reaching each device copy the graph ends at is appended to
@@ -207,7 +209,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     if roots[0]._data is None:   # a deferred forward (tracer/deferred.py)
         if (hist.taped and not (retain_graph or batched or hist.cuts or hist.extras
                                 or is_anomaly_enabled())):
-            done = _run_joint(hist, roots[0], seeds, wrt_tensors, allow_unused)
+            done = _run_joint(hist, roots[0], seeds, wrt_tensors, allow_unused, fast_key)
             if done is not None:
                 return done
         compute_pending(hist.order)

@@ -340,6 +340,14 @@ def _recorded(data, fn):
 _NEW = object.__new__
 
 
+def plain_tensor(data):
+    """``Tensor(data)`` without the general constructor (the backward fast path)."""
+    t = _NEW(Tensor)
+    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, None, 0, False
+    t._hooks, t._box, t._inference = None, [0], is_inference_mode_enabled()
+    return t
+
+
 def _attrs_key(attrs):
     """Attributes as exact key parts: with their types (1 == 1.0 == True, yet dtypes
     differ) and floats by their bits (-0.0 == 0.0, yet the results' signs differ)."""

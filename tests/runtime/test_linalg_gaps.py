@@ -105,10 +105,13 @@ def test_det_gradient_against_torch(interpreted):
         t = gj.tensor(A, requires_grad=True)
         L.det(t).backward()
         np.testing.assert_allclose(t.grad.data, g_svd.detach().numpy(), atol=1e-12, err_msg=name)
-    # torch's plain first-order path at an exactly singular matrix: 0, not the adjugate
+    # torch's plain first-order path at a matrix its LU finds exactly singular: 0, not the
+    # adjugate. Whether LU rounds this det to exactly 0 depends on torch's LAPACK build.
     ta = torch.tensor(SINGULAR["rank2-exact"], requires_grad=True)
-    torch.linalg.det(ta).backward()
-    assert not ta.grad.numpy().any() and _cofactor_t(SINGULAR["rank2-exact"]).any()
+    d = torch.linalg.det(ta)
+    d.backward()
+    if d.item() == 0.0:
+        assert not ta.grad.numpy().any() and _cofactor_t(SINGULAR["rank2-exact"]).any()
 
 
 @pytest.mark.parametrize("executor", ["numpy", "numba"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
-from gradjit.runtime import engine
+from gradjit.runtime import autograd as autograd_rt, engine
 from gradjit.tracer import deferred, tape
 
 
@@ -26,15 +26,23 @@ def eager():
 
 @pytest.fixture
 def joints(monkeypatch):
-    """Count runs of the joint (forward + backward) path."""
-    n = [0]
-    run = engine._run_joint
+    """Count runs of the joint (forward + backward) path: the general one and the fast one
+    (runtime/fast_backward.py, from the second step of a structure on). ``n[1]``: fast."""
+    n = [0, 0]
+    run, fast = engine._run_joint, autograd_rt.fast_backward
 
     def counted(*a):
         out = run(*a)
         n[0] += out is not None
         return out
+
+    def counted_fast(root):
+        out = fast(root)
+        n[0] += out is True
+        n[1] += out is True
+        return out
     monkeypatch.setattr(engine, "_run_joint", counted)
+    monkeypatch.setattr(autograd_rt, "fast_backward", counted_fast)
     return n
 
 
@@ -79,7 +87,7 @@ def test_joint_backward_matches_eager(prog, dtype, rng, eager, joints):
         np.testing.assert_allclose(w.grad.data, gw, rtol=tol, atol=tol)
         np.testing.assert_allclose(b.grad.data, gb, rtol=tol, atol=tol)
         assert w.grad.dtype == dtype and loss.data.dtype == dtype
-    assert joints[0] == 3
+    assert joints == [3, 2]   # the first step compiles, the next two take the fast path
 
 
 def test_compiles_once_and_hits_afterwards(rng):

@@ -1,0 +1,112 @@
+"""``loss.backward()`` of a training step, straight from the recording tape.
+
+Contract
+- ``fast_backward(root)`` handles the common case of tensor mode: a plain
+  ``backward()`` (no gradient, inputs, retain_graph or create_graph) on a
+  pending root (tracer/deferred.py) whose whole history is this thread's
+  recording tape, with no hooks, ``retain_grad``, anomaly mode, stale leaf
+  or live pending intermediate. Then backward is a key lookup and one call of
+  the joint (forward + backward) plan that ``runtime/engine.py`` compiled for
+  an earlier step of the same structure: no ``History``, no seed checks, no
+  address tables. It gives exactly what the general path gives (the root's
+  value, ``.grad`` accumulated on every leaf that requires grad, the graph
+  freed, the tape started over).
+- Otherwise it changes nothing and returns the step's key (None when there
+  is none) for the general path to ``register`` its joint plan under, so
+  the next step of the same structure hits.
+- The key is the tape's structural parts plus each leaf's shape, dtype and
+  requires_grad, and the environment switches the general plan key holds.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from gradjit.runtime.compiler import STATS
+from gradjit.tracer import tape
+from gradjit.tracer.modes import is_anomaly_enabled
+from gradjit.tracer.tensor import plain_tensor
+
+_FAST = {}   # key -> (Executable, feeds, target slots, out shape, out dtype)
+
+try:   # the environment switches, read without os.environ.get's per-call encoding (0.6 us)
+    _RAW = os.environ._data
+    _NAMES = tuple(os.environ.encodekey(n) for n in ("GRADJIT_EXECUTOR", "GRADJIT_FAST_MATH"))
+
+    def _switches():
+        return _RAW.get(_NAMES[0]), _RAW.get(_NAMES[1])
+except AttributeError:   # another os.environ layout: the public way
+    def _switches():
+        return os.environ.get("GRADJIT_EXECUTOR"), os.environ.get("GRADJIT_FAST_MATH")
+
+
+def _key(tp, root):
+    fn = root.grad_fn
+    if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
+            or fn._tpos != len(tp.parts) - 1 or root._index != 0):
+        return None, None
+    leaves = [r() for r in tp.leaves]
+    types = []
+    for t in leaves:
+        if t is None:
+            return None, None
+        d = t._data
+        types.append((d.shape, d.dtype, t._requires_grad))
+    return (tuple(tp.parts), tuple(types), _switches()), leaves
+
+
+def key(root):
+    """The fast key of ``root``'s step, or None when the tape does not hold exactly its
+    history (the checks ``tape.take`` makes, without taking)."""
+    return _key(tape.current(), root)[0]
+
+
+def register(k, plan, targets):
+    """Remember the general path's joint plan for key ``k`` (``targets``: the leaf slots
+    whose gradients the plan returns, in order)."""
+    exe = getattr(plan.exe, "exe", None)   # a plan without host calls: one Executable
+    if k is not None and exe is not None and not plan.slots:
+        shape, dtype = plan.bwd_graph.outputs[0].shape, plan.bwd_graph.outputs[0].dtype
+        seed = np.ones(shape, dtype)   # read only by the compiled code: one per plan
+        feeds = tuple((kind, seed if kind == "seed" else v) for kind, v in plan.feeds)
+        _FAST[k] = (exe, feeds, tuple(targets), shape, dtype)
+
+
+def fast_backward(root):
+    """Run ``root.backward()`` on the fast path: True when done, else the key (or None) for
+    the general path to register its plan under."""
+    if is_anomaly_enabled():
+        return None
+    tp = tape.current()
+    k, leaves = _key(tp, root)
+    hit = _FAST.get(k) if k is not None else None
+    if hit is None:
+        return k
+    for t in leaves:
+        if t._hooks:
+            return None
+    for slot, version, _ in tp.uses:
+        if leaves[slot]._box[0] != version:
+            return None   # the general path raises torch's error
+    fns = [r() for r in tp.fns]
+    last = fns[-1]
+    for f in fns:
+        if f is None or f.hooks or f.retains:
+            return None
+        if f._out is not None and f is not last and f._out() is not None:
+            return None   # a live pending intermediate: the general path computes it
+    exe, feeds, targets, shape, dtype = hit
+    tape._local.tape = tape.Tape()   # taken: the next step records afresh
+    res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
+    value = res[0]
+    if value.dtype != dtype:
+        value = value.astype(dtype)
+    root._data = value.reshape(shape)
+    for f in fns:
+        f.out_data, f.freed = None, True
+    for slot, g in zip(targets, res[1:]):
+        t = leaves[slot]
+        t.grad = plain_tensor(np.array(g)) if t.grad is None else plain_tensor(t.grad.data + g)
+    STATS["memory_hits"] += 1
+    return True

@@ -1,0 +1,134 @@
+"""``loss.backward()`` straight from the tape (runtime/fast_backward.py).
+
+From the second step of a structure on, a plain backward of a deferred step is a key
+lookup and one compiled call. Every case here runs a few steps and checks the results
+against NumPy, and that anything the fast path does not handle (hooks, retain_grad,
+in-place writes, live intermediates, anomaly mode, changed requires_grad, a second
+backward) gives what the general path gives.
+"""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime import autograd as autograd_rt
+from gradjit.tracer import tape
+
+
+@pytest.fixture(autouse=True)
+def fresh_tape():
+    tape.take([])
+    yield
+    tape.take([])
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Counts backward calls the fast path completed."""
+    n = [0]
+    run = autograd_rt.fast_backward
+
+    def counted(root):
+        out = run(root)
+        n[0] += out is True
+        return out
+    monkeypatch.setattr(autograd_rt, "fast_backward", counted)
+    return n
+
+
+def _setup(rng):
+    x = gj.tensor(rng.normal(size=(5, 3)))
+    w = gj.tensor(rng.normal(size=(3,)), requires_grad=True)
+    b = gj.tensor(rng.normal(size=()), requires_grad=True)
+    return x, w, b
+
+
+def _loss(x, w, b):
+    return (np.tanh(x * w + b) ** 2).sum()
+
+
+def _ref(x, w, b):
+    t = np.tanh(x.data * w.data + b.data)
+    d = 2 * t * (1 - t * t)
+    return (t * t).sum(), (d * x.data).sum(0), d.sum()
+
+
+def test_steps_hit_and_match_numpy(rng, fast):
+    x, w, b = _setup(rng)
+    for step in range(4):
+        w.grad = b.grad = None
+        loss = _loss(x, w, b)
+        loss.backward()
+        v, gw, gb = _ref(x, w, b)
+        np.testing.assert_allclose(loss.data, v, rtol=1e-13)
+        np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+        np.testing.assert_allclose(b.grad.data, gb, rtol=1e-12)
+        assert loss.grad_fn.freed and w.grad.shape == (3,) and b.grad.shape == ()
+        with gj.no_grad():
+            w.sub_(0.1 * w.grad)   # a training step: new values, same structure
+    assert fast[0] == 3
+    # .grad accumulates across backward calls, as in torch
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()
+    _loss(x, w, b).backward()
+    np.testing.assert_allclose(w.grad.data, 2 * _ref(x, w, b)[1], rtol=1e-12)
+    assert fast[0] == 5
+    # the graph is freed: a second backward raises torch's error
+    loss = _loss(x, w, b)
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_what_the_fast_path_leaves_to_the_general_one(rng, fast, monkeypatch):
+    x, w, b = _setup(rng)
+    _loss(x, w, b).backward()
+    _loss(x, w, b).backward()
+    assert fast[0] >= 1   # (2 when an earlier test compiled this structure)
+    n = fast[0]
+    # a hook on a leaf
+    seen = []
+    h = w.register_hook(lambda g: seen.append(g.data.copy()))
+    w.grad = None
+    _loss(x, w, b).backward()
+    np.testing.assert_allclose(seen[0], _ref(x, w, b)[1], rtol=1e-12)
+    h.remove()
+    # retain_grad on an intermediate, and a live pending intermediate
+    u = x * w + b
+    u.retain_grad()
+    (np.tanh(u) ** 2).sum().backward()
+    t = np.tanh(x.data * w.data + b.data)
+    np.testing.assert_allclose(u.grad.data, 2 * t * (1 - t * t), rtol=1e-12)
+    u = x * w + b
+    (np.tanh(u) ** 2).sum().backward()
+    np.testing.assert_allclose(u.data, x.data * w.data + b.data, rtol=1e-15)
+    # b stops requiring grad: another key
+    b.requires_grad_(False)
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()
+    assert b.grad is None
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    b.requires_grad_(True)
+    # an in-place write to a leaf a saved value needs, between forward and backward
+    assert fast[0] == n
+    for _ in range(2):
+        (x * w * w).sum().backward()
+    assert fast[0] == n + 1
+    n = fast[0]
+    loss = (x * w * w).sum()
+    with gj.no_grad():
+        w.mul_(1.5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    # anomaly mode runs node by node
+    with gj.autograd.detect_anomaly():
+        w.grad = None
+        _loss(x, w, b).backward()
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    assert fast[0] == n   # none of the above took the fast path
+    # the interpreter switch is part of the key
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    for _ in range(2):
+        w.grad = None
+        _loss(x, w, b).backward()
+        np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    assert fast[0] == n + 1
