@@ -23,12 +23,13 @@ import os
 
 import numpy as np
 
-from gradjit.runtime.compiler import STATS
+from gradjit.lowering.codegen_cpu import _VIEW_OPS
+from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import tape
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.tensor import plain_tensor
 
-_FAST = {}   # key -> (Executable, feeds, target slots, out shape, out dtype)
+_FAST = {}   # key -> (Executable, feeds, ((target slot, shared), ...), out shape, out dtype)
 
 try:   # the environment switches, read without os.environ.get's per-call encoding (0.6 us)
     _RAW = os.environ._data
@@ -67,10 +68,21 @@ def register(k, plan, targets):
     whose gradients the plan returns, in order)."""
     exe = getattr(plan.exe, "exe", None)   # a plan without host calls: one Executable
     if k is not None and exe is not None and not plan.slots:
-        shape, dtype = plan.bwd_graph.outputs[0].shape, plan.bwd_graph.outputs[0].dtype
+        outs = plan.bwd_graph.outputs
+        shape, dtype = outs[0].shape, outs[0].dtype
         seed = np.ones(shape, dtype)   # read only by the compiled code: one per plan
         feeds = tuple((kind, seed if kind == "seed" else v) for kind, v in plan.feeds)
-        _FAST[k] = (exe, feeds, tuple(targets), shape, dtype)
+        _FAST[k] = (exe, feeds, tuple(zip(targets, _shared(exe, outs)[1:])), shape, dtype)
+
+
+def _shared(exe, outs):
+    """Per output: may its array share memory with another output's? Those gradients are
+    copied before they become a ``.grad``. Compiled code never returns the caller's
+    arrays (lowering/codegen_cpu.py copies them), but one value returned twice, or a
+    view, may share; the interpreter copies every result."""
+    if not isinstance(exe, Executable):
+        return [False] * len(outs)
+    return [outs.count(v) > 1 or (v.node is not None and v.node.op in _VIEW_OPS) for v in outs]
 
 
 def fast_backward(root):
@@ -105,8 +117,9 @@ def fast_backward(root):
     root._data = value.reshape(shape)
     for f in fns:
         f.out_data, f.freed = None, True
-    for slot, g in zip(targets, res[1:]):
+    for (slot, shared), g in zip(targets, res[1:]):
         t = leaves[slot]
-        t.grad = plain_tensor(np.array(g)) if t.grad is None else plain_tensor(t.grad.data + g)
+        t.grad = (plain_tensor(np.array(g) if shared else g) if t.grad is None else
+                  plain_tensor(t.grad.data + g))
     STATS["memory_hits"] += 1
     return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 
 _seq = itertools.count()
+_NEW = object.__new__
 
 
 def _backward_name(op):
@@ -46,6 +47,22 @@ class GradFn:
         self.boundary = None  # device copies: the leaf standing for this node on its device
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
         self._out = None      # deferred nodes: a weak reference to their output Tensor
+
+    @classmethod
+    def pending(cls, op, attrs, edges, in_versions, out_types, site, key):
+        """A deferred node (tracer/deferred.py), built without ``__init__``'s passes over
+        the edges: the caller has the input versions and the key piece at hand. Sets
+        every slot ``__init__`` sets (tests/tracer/test_deferred.py checks)."""
+        self = _NEW(cls)
+        self.op, self.attrs, self.edges = op, attrs, edges
+        self.out_types, self.out_data, self.site = out_types, None, site
+        self.seq = next(_seq)
+        self.freed = False
+        self.hooks = self.retains = self.ctx = self.versions = self.boundary = self._out = None
+        self.in_versions = in_versions
+        self._key = key
+        self._tgen = 0
+        return self
 
     def name(self):
         if self.ctx is not None:

@@ -60,9 +60,11 @@ class Site:
 _OURS_CACHE = {}
 
 
-def user_site():
-    """The first stack frame outside gradjit (the user's line), or None."""
-    f = sys._getframe(1)
+def user_site(skip=1):
+    """The first stack frame outside gradjit (the user's line), or None. ``skip``: how many
+    frames up to start looking (1: the caller's); only ever skip frames that are surely
+    gradjit's, since the walk's cost is mostly making their frame objects."""
+    f = sys._getframe(skip)
     ours = _OURS_CACHE
     while f is not None:
         fn = f.f_code.co_filename

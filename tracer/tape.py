@@ -36,10 +36,23 @@ _local = threading.local()
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
 
 
+_PIECES = {}
+_piece_ids = itertools.count(1)
+
+
 def key_of(op, attrs, out_types):
-    """A node's piece of the structural key: op, attributes (exact), output types."""
-    return (op, tuple((a, _key_attr(v)) for a, v in attrs.items()),
-            tuple((s, d.str) for s, d in out_types))
+    """A node's piece of the structural key: a positive int standing for (op, attributes
+    (exact), output types), interned in this process so that keys of long histories hash
+    and compare as ints. Ids are never reused, so dropping the table (it is bounded)
+    cannot make an old key match a new piece."""
+    k = (op, tuple((a, _key_attr(v)) for a, v in attrs.items()),
+         tuple((s, d.str) for s, d in out_types))
+    i = _PIECES.get(k)
+    if i is None:
+        if len(_PIECES) >= 1_000_000:
+            _PIECES.clear()
+        i = _PIECES[k] = next(_piece_ids)
+    return i
 
 
 def fn_key(fn):
@@ -88,7 +101,7 @@ class Tape:
                 if version is not None:
                     self.uses.append((slot, version, n))
                 refs.append(slot)
-        self.parts.append((fn_key(fn), tuple(refs)))
+        self.parts.append((fn._key or fn_key(fn), tuple(refs)))
         self.fns.append(weakref.ref(fn))
         fed.append(False)
         self.open += 1

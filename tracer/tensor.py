@@ -32,7 +32,7 @@ from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS,
                                      compute_pending)
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
-                                  no_grad, set_grad_enabled)
+                                  no_grad, set_grad_enabled, _state as _modes)
 from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
@@ -221,7 +221,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             op = get_op(op_name)
             if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                 done = _compute(op_name, inputs, attrs)
-                _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]))
+                _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]),
+                              _deferrable(op, done[5]))
                 return cls._finish(*done)
             # Deferrable: only the types are needed now (their inference reads no values,
             # so pending inputs stand in as zero-size broadcasts of their types).
@@ -229,9 +230,10 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             out_types = op.infer([t._data if t._data is not None else
                                   np.broadcast_to(np.zeros((), t.dtype), t.shape)
                                   for t in inputs], bound)
-            hit = _SEEN[key] = (op, bound, out_types, tape.key_of(op.name, bound, out_types))
-        op, attrs, out_types, piece = hit
-        if op.kind in _DEFER_KINDS and len(out_types) == 1 and _DEFER[0]:
+            hit = _SEEN[key] = (op, bound, out_types, tape.key_of(op.name, bound, out_types),
+                                _deferrable(op, out_types))
+        op, attrs, out_types, piece, deferrable = hit
+        if deferrable and _DEFER[0]:
             t = cls._defer(op, attrs, inputs, out_types, piece)
             if t is not None:
                 return t
@@ -267,22 +269,32 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
     @classmethod
     def _defer(cls, op, attrs, inputs, out_types, piece):
-        """Record the op without running it (tracer/deferred.py); None when it must run."""
-        if out_types[0][1].kind != "f" or not is_grad_enabled():
+        """Record the op without running it (tracer/deferred.py); None when it must run.
+        The hot path of a tensor-mode step: one pass over the inputs, no general
+        constructors."""
+        if not getattr(_modes, "enabled", True):
             return None
         record = False
+        edges, in_versions = [], []
         for t in inputs:
             if t._inference:   # the eager path raises torch's error
                 return None
-            record = record or t._requires_grad
+            if t._requires_grad:
+                record = True
+            src = t.grad_fn
+            if src is None:
+                edges.append(t)
+                in_versions.append(t._box[0])
+            else:
+                edges.append((src, t._index))
+                in_versions.append(None)
         if not record:
             return None
-        tp = tape.current()
+        tp = getattr(tape._local, "tape", None) or tape.current()
         if tp.broken:
             return None
-        fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
-                                     for t in inputs], out_types, None, user_site())
-        fn._key = piece
+        # (from _apply's caller: only gradjit calls the private _apply)
+        fn = GradFn.pending(op.name, attrs, edges, in_versions, out_types, user_site(3), piece)
         t = _recorded(None, fn)
         fn.versions = [(t._box, 0)]
         if not tp.add(fn):   # the tape could not take it: run it now
@@ -325,7 +337,13 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         return self
 
 
-_SEEN = {}   # (op, input shapes and dtypes, attributes) -> (op, output types)
+_SEEN = {}   # (op, input shapes and dtypes, attributes) -> (op, attrs, output types, key
+#              piece, deferrable)
+
+
+def _deferrable(op, out_types):
+    """May the op be recorded without running (tracer/deferred.py), when deferral is on?"""
+    return op.kind in _DEFER_KINDS and len(out_types) == 1 and out_types[0][1].kind == "f"
 
 
 def _recorded(data, fn):
@@ -333,7 +351,7 @@ def _recorded(data, fn):
     requires_grad set, built without the general constructor (a fifth of its cost)."""
     t = _NEW(Tensor)
     t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, fn, 0, True
-    t._hooks, t._box, t._inference = None, [0], is_inference_mode_enabled()
+    t._hooks, t._box, t._inference = None, [0], getattr(_modes, "inference", False)
     return t
 
 

@@ -132,3 +132,25 @@ def test_what_the_fast_path_leaves_to_the_general_one(rng, fast, monkeypatch):
         _loss(x, w, b).backward()
         np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
     assert fast[0] == n + 1
+
+
+def test_gradients_never_share_memory(rng, fast):
+    # both gradients are one value of the graph (and the seed broadcast): each .grad is
+    # its own array all the same
+    w = gj.tensor(rng.normal(size=(4,)), requires_grad=True)
+    b = gj.tensor(rng.normal(size=(4,)), requires_grad=True)
+    for _ in range(3):
+        w.grad = b.grad = None
+        (w + b).sum().backward()
+        w.grad.data[...] = 7.0
+        np.testing.assert_array_equal(b.grad.data, np.ones(4))
+    assert fast[0] >= 2
+
+
+def test_pending_nodes_set_every_slot():
+    from gradjit.tracer.gradfn import GradFn
+    a = GradFn("mul.Tensor", {}, [], (((2,), np.dtype("f8")),), None, None)
+    b = GradFn.pending("mul.Tensor", {}, [], [], (((2,), np.dtype("f8")),), None, 1)
+    for name in GradFn.__slots__:
+        if name != "__weakref__":
+            assert hasattr(a, name) == hasattr(b, name), name
