@@ -55,6 +55,21 @@ def key_of(op, attrs, out_types):
     return i
 
 
+def attrs_key(attrs):
+    """Attributes as exact parts of the eager front end's lookup key (tracer/tensor.py):
+    with their types (1 == 1.0 == True, yet dtypes differ) and floats by their bits
+    (-0.0 == 0.0, yet the results' signs differ)."""
+    out = []
+    for k, v in attrs.items():
+        t = type(v)
+        if t is float:
+            v = v.hex()
+        elif t is tuple:
+            v = tuple((type(e), e.hex() if type(e) is float else e) for e in v)
+        out += (k, t, v)
+    return out
+
+
 def fn_key(fn):
     """A recorded node's piece of the structural key (cached on the node)."""
     k = fn._key

@@ -209,7 +209,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             else:
                 key += (d.shape, d.dtype)
         if attrs:
-            key += _attrs_key(attrs)
+            key += tape.attrs_key(attrs)
         key = tuple(key)
         try:
             hit = _SEEN.get(key)
@@ -366,20 +366,6 @@ def plain_tensor(data):
     return t
 
 
-def _attrs_key(attrs):
-    """Attributes as exact key parts: with their types (1 == 1.0 == True, yet dtypes
-    differ) and floats by their bits (-0.0 == 0.0, yet the results' signs differ)."""
-    out = []
-    for k, v in attrs.items():
-        t = type(v)
-        if t is float:
-            v = v.hex()
-        elif t is tuple:
-            v = tuple((type(e), e.hex() if type(e) is float else e) for e in v)
-        out += (k, t, v)
-    return out
-
-
 def _compute(op_name, inputs, attrs):
     """Run an op the general way: any inputs, any device. Returns ``_finish``'s arguments."""
     op = get_op(op_name)
@@ -395,8 +381,6 @@ def _compute(op_name, inputs, attrs):
     res = res if isinstance(res, tuple) else (res,)
     outs = [np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)]
     return op, attrs, ts, True, outs, out_types
-
-
 
 
 def _one(xs):
