@@ -63,7 +63,9 @@ class Outliner:
         if entry is None:
             name = f"loop{len(self._funcs)}"
             opts = ', parallel=True' if parallel else ''
-            src = [f'@numba.njit(cache=True, error_model="numpy"{opts})',
+            # Called only from the entry: no Python or C wrapper to compile.
+            src = [f'@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, '
+                   f'no_cfunc_wrapper=True{opts})',
                    f"def {name}({', '.join(ins + consts)}):", *body,
                    f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"]
             entry = self._funcs[key] = (name, "\n".join(src))
