@@ -7,11 +7,12 @@ Contract
   implementations once per machine and signature (``cache=True``) instead of
   inside every generated function, where they cost 0.3-0.4 s of each cold
   compile. ``forceinline``: no call overhead in the caller's loops.
-- ``total(a)``: the sum of a 1-D float array, in float64, over 16 lanes (then
-  the lanes, then the tail). Large fused loops store the operand of their
-  full-sum reductions and call it after the loop, because a running scalar
-  sum inside the loop is a chain LLVM may not reorder (no fast-math), which
-  keeps the whole loop, transcendentals included, from vectorising.
+- ``total(a, n)``: the sum of the first ``n`` elements of a 1-D float array,
+  in float64, over 16 lanes (then the lanes, then the tail). Large fused
+  loops store the operand of their full-sum reductions block by block and
+  call it per block, because a running scalar sum inside the loop is a chain
+  LLVM may not reorder (no fast-math), which keeps the whole loop,
+  transcendentals included, from vectorising.
 """
 from __future__ import annotations
 
@@ -45,8 +46,7 @@ LANES = 16
 
 
 @jit
-def total(a):
-    n = a.shape[0]
+def total(a, n):
     m = n - n % LANES
     acc = np.zeros(LANES)
     for i in range(0, m, LANES):

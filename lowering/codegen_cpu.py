@@ -45,6 +45,7 @@ from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
 SPLIT_SUM_MIN = 1 << 15   # elements: a full sum in a loop this large is stored, then summed
+SPLIT_BLOCK = 1 << 12     # elements per block of such a stored sum (32 KiB in float64)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
 SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
@@ -242,10 +243,11 @@ def _loop(e, loop, inline):
         dims = reduced_dims(n)
         if len(dims) == r and r and size >= SPLIT_SUM_MIN and n.op == "sum.default" \
                 and out.dtype.kind == "f":
-            # Stored here, summed after the loop (al.total): a running sum would keep
-            # the whole loop from vectorising.
+            # Stored per block of rows, summed per block (al.total): a running sum would
+            # keep the whole loop from vectorising; a block, not the whole space, keeps
+            # the buffer in cache and the peak memory flat.
             split.append(n)
-            e.emit(1, f"s{out.id} = al.empty({space}, {_np_dtype(n.inputs[0].dtype)})")
+            e.emit(1, f"r{out.id} = 0.0")
         elif len(dims) == r:
             scalar_red.append(n)
             e.emit(1, f"r{out.id} = {_acc_init(n)}")
@@ -257,16 +259,29 @@ def _loop(e, loop, inline):
            and not any(0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
     e.parallel |= par
+    rng0 = "prange" if par else "range"
+    rest = int(np.prod(space[1:])) if split else 1
+    rows = max(1, SPLIT_BLOCK // rest) if split else 0   # rows of dim 0 per block
+    base = 1
+    if split:   # for b0 over blocks of rows: lo0 <= i0 < hi0, a block buffer per sum
+        e.emit(1, f"for b0 in {rng0}({-(-space[0] // rows)}):")
+        e.emit(2, f"lo0 = b0 * {rows}")
+        e.emit(2, f"hi0 = min(lo0 + {rows}, {space[0]})")
+        for n in split:
+            e.emit(2, f"s{n.outputs[0].id} = al.empty({(rows,) + tuple(space[1:])}, "
+                      f"{_np_dtype(n.inputs[0].dtype)})")
+        base = 2
     for d in range(r):
-        rng = "prange" if par and d == 0 else "range"
-        e.emit(1 + d, f"for i{d} in {rng}({space[d]}):")
+        bounds = "lo0, hi0" if split and d == 0 else space[d]
+        e.emit(base + d, f"for i{d} in {rng0 if d == 0 and not split else 'range'}({bounds}):")
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
-    depth = 1 + r
+    depth = base + r
     for n in loop.nodes:
         out = n.outputs[0]
         x = read(n.inputs[0])
         if n in split:
-            e.emit(depth, f"s{out.id}[{', '.join(f'i{d}' for d in range(r))}] = {x}", n)
+            idx = ", ".join(["i0 - lo0"] + [f"i{d}" for d in range(1, r)])
+            e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
         elif n in scalar_red:
             e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
         elif n in array_red:
@@ -278,12 +293,14 @@ def _loop(e, loop, inline):
         else:
             regs[out] = f"t{out.id}"
             e.emit(depth, f"t{out.id} = {_expr(n, [read(v) for v in n.inputs], e)}", n)
-    e.lines[inner:inner] = ["    " * r + f"h{v.id} = {idx}" for v, idx in hoisted.items()]
+    e.lines[inner:inner] = ["    " * (depth - 1) + f"h{v.id} = {idx}"
+                            for v, idx in hoisted.items()]
     for v in loop.stores:
         tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
-        e.emit(1, f"r{n.outputs[0].id} = al.total(s{n.outputs[0].id}.reshape({size}))")
+        k = n.outputs[0].id
+        e.emit(2, f"r{k} += al.total(s{k}.reshape({rows * rest}), (hi0 - lo0) * {rest})")
     for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"

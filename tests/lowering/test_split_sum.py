@@ -12,15 +12,18 @@ from gradjit.lowering import alloc_cpu, codegen_cpu
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 100, 1000])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_total_is_the_sum(n, dtype, rng):
-    a = rng.normal(size=n).astype(dtype)
-    assert alloc_cpu.total(a) == pytest.approx(float(a.astype(np.float64).sum()), rel=1e-12, abs=1e-12)
+    a = rng.normal(size=n + 5).astype(dtype)   # only the first n count
+    assert alloc_cpu.total(a, n) == pytest.approx(float(a[:n].astype(np.float64).sum()), rel=1e-12,
+                                                  abs=1e-12)
 
 
 def _loss(x, w):
     return (np.tanh(x * w) ** 2).sum() + np.exp(-x * x).sum()
 
 
-@pytest.mark.parametrize("shape, dtype", [((192, 192), np.float32),
+@pytest.mark.parametrize("shape, dtype", [((192, 192), np.float32),   # blocks of 21 rows
+                                          ((40000,), np.float64),       # a partial last block
+                                          ((3, 100, 120), np.float64),  # rows wider than a block
                                           ((codegen_cpu.PARALLEL_MIN,), np.float64)])
 def test_value_and_grad_of_a_large_loop(shape, dtype, rng):
     x = rng.normal(size=shape).astype(dtype)
