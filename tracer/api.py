@@ -33,10 +33,16 @@ def _rdiv(t, s):
 _REVERSED_CMP = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne": "ne"}
 
 
+_TENSOR_OPS = {}   # binary name -> its Tensor-Tensor overload (no string building per call)
+
+
 def binary(name, a, b):
     if isinstance(a, ArrayOps):   # the usual cases first, without the general checks
         if isinstance(b, ArrayOps):
-            return apply("pow.Tensor_Tensor" if name == "pow" else f"{name}.Tensor", [a, b], {})
+            op = _TENSOR_OPS.get(name)
+            if op is None:
+                op = _TENSOR_OPS[name] = "pow.Tensor_Tensor" if name == "pow" else f"{name}.Tensor"
+            return apply(op, [a, b], {})
         if type(b) is float or type(b) is int:
             return (apply("pow.Tensor_Scalar", [a], {"exponent": b}) if name == "pow" else
                     apply(f"{name}.Scalar", [a], {"other": b}))
@@ -315,9 +321,19 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
 
     # -- NumPy protocols (tables in numpy_protocol.py) -------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from gradjit.tracer.numpy_protocol import array_ufunc
-        return array_ufunc(ufunc, method, inputs, kwargs)
+        return _protocol().array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from gradjit.tracer.numpy_protocol import array_function
-        return array_function(func, args, kwargs)
+        return _protocol().array_function(func, args, kwargs)
+
+
+_PROTOCOL = []
+
+
+def _protocol():
+    """tracer/numpy_protocol.py, imported on first use (it builds on this module); kept
+    here, since an import statement per NumPy call costs more than the dispatch."""
+    if not _PROTOCOL:
+        from gradjit.tracer import numpy_protocol
+        _PROTOCOL.append(numpy_protocol)
+    return _PROTOCOL[0]

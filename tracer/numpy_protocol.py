@@ -50,7 +50,8 @@ def _first(*xs):
 
 
 def _unary_fn(name):
-    return lambda x: apply(f"{name}.default", [x], {})
+    op = f"{name}.default"
+    return lambda x: apply(op, [x], {})
 
 
 _UFUNCS = {
