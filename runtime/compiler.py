@@ -133,7 +133,8 @@ def _load_cached(disp, signature):
     a warm process's first gradient). Cached machine code needs none of that; it needs
     only the runtime (NRT) symbols, which ``rtsys.initialize`` installs. A compile that
     follows in this process still refreshes (Numba's compiler does so itself). This
-    leans on Numba internals, so any surprise falls back to ``disp.compile``.
+    leans on Numba internals: where they are missing (another Numba layout) it falls
+    back to ``disp.compile``; an unreadable cache entry raises, as Numba's own load does.
     """
     try:
         cache, ctx = disp._cache, disp.targetctx

@@ -4,12 +4,13 @@ Contract
 - ``fast_backward(root)`` handles the common case of tensor mode: a plain
   ``backward()`` (no gradient, inputs, retain_graph or create_graph) on a
   pending root (tracer/deferred.py) whose whole history is this thread's
-  recording tape, with no hooks, ``retain_grad``, anomaly mode, stale leaf
-  or live pending intermediate. Then backward is a key lookup and one call of
+  recording tape, with no hooks, ``retain_grad``, anomaly mode or stale
+  leaf. Then backward is a key lookup and one call of
   the joint (forward + backward) plan that ``runtime/engine.py`` compiled for
   an earlier step of the same structure: no ``History``, no seed checks, no
   address tables. It gives exactly what the general path gives (the root's
-  value, ``.grad`` accumulated on every leaf that requires grad, the graph
+  value, ``.grad`` accumulated on every leaf that requires grad, values of
+  the step's tensors the caller still holds computed as recorded, the graph
   freed, the tape started over).
 - Otherwise it changes nothing and returns the step's key (None when there
   is none) for the general path to ``register`` its joint plan under, so
@@ -26,6 +27,7 @@ import numpy as np
 from gradjit.lowering.codegen_cpu import _VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import tape
+from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.tensor import plain_tensor
 
@@ -103,11 +105,14 @@ def fast_backward(root):
             return None   # the general path raises torch's error
     fns = [r() for r in tp.fns]
     last = fns[-1]
+    live = []
     for f in fns:
         if f is None or f.hooks or f.retains:
             return None
         if f._out is not None and f is not last and f._out() is not None:
-            return None   # a live pending intermediate: the general path computes it
+            live.append(f)
+    if live:   # tensors of this step the caller holds get their recorded values first
+        compute_pending(live)
     exe, feeds, targets, shape, dtype = hit
     tape._local.tape = tape.Tape()   # taken: the next step records afresh
     res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])

@@ -49,7 +49,7 @@ def key_of(op, attrs, out_types):
          tuple((s, d.str) for s, d in out_types))
     i = _PIECES.get(k)
     if i is None:
-        if len(_PIECES) >= 1_000_000:
+        if len(_PIECES) >= 65536:   # (attributes that change every step, e.g. x * lr)
             _PIECES.clear()
         i = _PIECES[k] = next(_piece_ids)
     return i

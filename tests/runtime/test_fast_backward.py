@@ -3,8 +3,8 @@
 From the second step of a structure on, a plain backward of a deferred step is a key
 lookup and one compiled call. Every case here runs a few steps and checks the results
 against NumPy, and that anything the fast path does not handle (hooks, retain_grad,
-in-place writes, live intermediates, anomaly mode, changed requires_grad, a second
-backward) gives what the general path gives.
+in-place writes, anomaly mode, changed requires_grad, a second backward) gives what the
+general path gives; intermediates the caller holds keep their recorded values.
 """
 import numpy as np
 import pytest
@@ -98,9 +98,14 @@ def test_what_the_fast_path_leaves_to_the_general_one(rng, fast, monkeypatch):
     (np.tanh(u) ** 2).sum().backward()
     t = np.tanh(x.data * w.data + b.data)
     np.testing.assert_allclose(u.grad.data, 2 * t * (1 - t * t), rtol=1e-12)
-    u = x * w + b
+    assert fast[0] == n
+    u = x * w + b    # a live intermediate: the fast path computes it as recorded
+    w.grad = None
     (np.tanh(u) ** 2).sum().backward()
     np.testing.assert_allclose(u.data, x.data * w.data + b.data, rtol=1e-15)
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    assert fast[0] == n + 1
+    n += 1
     # b stops requiring grad: another key
     b.requires_grad_(False)
     w.grad = b.grad = None
