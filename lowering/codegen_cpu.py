@@ -243,9 +243,9 @@ def _loop(e, loop, inline):
         dims = reduced_dims(n)
         if len(dims) == r and r and size >= SPLIT_SUM_MIN and n.op == "sum.default" \
                 and out.dtype.kind == "f":
-            # Stored per block of rows, summed per block (al.total): a running sum would
-            # keep the whole loop from vectorising; a block, not the whole space, keeps
-            # the buffer in cache and the peak memory flat.
+            # Stored per block of SPLIT_BLOCK elements, summed per block (al.total): a
+            # running sum would keep the whole loop from vectorising; a block, not the
+            # whole space, keeps the buffer in cache and the peak memory flat.
             split.append(n)
             e.emit(1, f"r{out.id} = 0.0")
         elif len(dims) == r:
@@ -260,27 +260,34 @@ def _loop(e, loop, inline):
            and all(n.op == "sum.default" for n in scalar_red))
     e.parallel |= par
     rng0 = "prange" if par else "range"
-    rest = int(np.prod(space[1:])) if split else 1
-    rows = max(1, SPLIT_BLOCK // rest) if split else 0   # rows of dim 0 per block
-    base = 1
-    if split:   # for b0 over blocks of rows: lo0 <= i0 < hi0, a block buffer per sum
-        e.emit(1, f"for b0 in {rng0}({-(-space[0] // rows)}):")
-        e.emit(2, f"lo0 = b0 * {rows}")
-        e.emit(2, f"hi0 = min(lo0 + {rows}, {space[0]})")
-        for n in split:
-            e.emit(2, f"s{n.outputs[0].id} = al.empty({(rows,) + tuple(space[1:])}, "
-                      f"{_np_dtype(n.inputs[0].dtype)})")
-        base = 2
+    j = rows = rest = 0
+    if split:   # blocks along dim j, the first whose trailing dims fit in a block
+        j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
+        rest = int(np.prod(space[j + 1:]))
+        rows = max(1, SPLIT_BLOCK // rest)
+    depth = 1
     for d in range(r):
-        bounds = "lo0, hi0" if split and d == 0 else space[d]
-        e.emit(base + d, f"for i{d} in {rng0 if d == 0 and not split else 'range'}({bounds}):")
+        rng = rng0 if d == 0 else "range"
+        if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
+            e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
+            e.emit(depth + 1, f"lo0 = b0 * {rows}")
+            e.emit(depth + 1, f"hi0 = min(lo0 + {rows}, {space[d]})")
+            for n in split:
+                buf = (rows,) + tuple(space[d + 1:])
+                e.emit(depth + 1, f"s{n.outputs[0].id} = al.empty({buf}, "
+                                  f"{_np_dtype(n.inputs[0].dtype)})")
+            depth += 1
+            block = depth   # the per-block sums go here, after the block's loops
+            e.emit(depth, f"for i{d} in range(lo0, hi0):")
+        else:
+            e.emit(depth, f"for i{d} in {rng}({space[d]}):")
+        depth += 1
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
-    depth = base + r
     for n in loop.nodes:
         out = n.outputs[0]
         x = read(n.inputs[0])
         if n in split:
-            idx = ", ".join(["i0 - lo0"] + [f"i{d}" for d in range(1, r)])
+            idx = ", ".join([f"i{j} - lo0"] + [f"i{d}" for d in range(j + 1, r)])
             e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
         elif n in scalar_red:
             e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
@@ -300,7 +307,7 @@ def _loop(e, loop, inline):
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id
-        e.emit(2, f"r{k} += al.total(s{k}.reshape({rows * rest}), (hi0 - lo0) * {rest})")
+        e.emit(block, f"r{k} += al.total(s{k}.reshape({rows * rest}), (hi0 - lo0) * {rest})")
     for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"

@@ -23,13 +23,21 @@ def _loss(x, w):
 
 @pytest.mark.parametrize("shape, dtype", [((192, 192), np.float32),   # blocks of 21 rows
                                           ((40000,), np.float64),       # a partial last block
-                                          ((3, 100, 120), np.float64),  # rows wider than a block
-                                          ((codegen_cpu.PARALLEL_MIN,), np.float64)])
+                                          ((3, 100, 120), np.float64),  # blocks along dim 1
+                                          ((2, 40000), np.float64),     # along the last dim
+                                          ((codegen_cpu.PARALLEL_MIN,), np.float64),
+                                          ((2, codegen_cpu.PARALLEL_MIN // 2), np.float64)])
 def test_value_and_grad_of_a_large_loop(shape, dtype, rng):
     x = rng.normal(size=shape).astype(dtype)
     w = rng.normal(size=shape[-1:]).astype(dtype)
     vg = gj.value_and_grad(_loss, argnums=(0, 1))
-    assert vg.graphs(x, w)[2].count("= al.total(") == 2
+    src = vg.graphs(x, w)[2]
+    assert src.count("= al.total(") == 2
+    # no block buffer holds more than SPLIT_BLOCK elements, whatever the shape
+    bufs = re.findall(r"s\d+ = al.empty\(\(([\d, ]+)\)", src)
+    assert len(bufs) == 2
+    for buf in bufs:
+        assert np.prod([int(k) for k in buf.split(",") if k.strip()]) <= codegen_cpu.SPLIT_BLOCK
     value, (gx, gw) = vg(x, w)
     t = np.tanh(x.astype(np.float64) * w)
     tol = 1e-10 if dtype == np.float64 else 1e-4
