@@ -45,6 +45,8 @@ except AttributeError:   # another os.environ layout: the public way
 
 
 def _key(tp, root):
+    """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
+    does not hold exactly its history (the checks ``tape.take`` makes, without taking)."""
     fn = root.grad_fn
     if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
             or fn._tpos != len(tp.parts) - 1 or root._index != 0):
@@ -57,12 +59,6 @@ def _key(tp, root):
         d = t._data
         types.append((d.shape, d.dtype, t._requires_grad))
     return (tuple(tp.parts), tuple(types), _switches()), leaves
-
-
-def key(root):
-    """The fast key of ``root``'s step, or None when the tape does not hold exactly its
-    history (the checks ``tape.take`` makes, without taking)."""
-    return _key(tape.current(), root)[0]
 
 
 def register(k, plan, targets):

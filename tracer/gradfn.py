@@ -33,6 +33,19 @@ class GradFn:
                  "_tgen", "_tpos", "_out", "__weakref__")
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
+        # Version of each Tensor edge (leaf or constant) when it was used.
+        in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
+        self._fill(op, attrs, edges, in_versions, out_types, out_data, site, None)
+
+    @classmethod
+    def pending(cls, op, attrs, edges, in_versions, out_types, site, key):
+        """A deferred node (tracer/deferred.py), built without ``__init__``'s pass over
+        the edges: the caller has the input versions and the key piece at hand."""
+        self = _NEW(cls)
+        self._fill(op, attrs, edges, in_versions, out_types, None, site, key)
+        return self
+
+    def _fill(self, op, attrs, edges, in_versions, out_types, out_data, site, key):
         self.op, self.attrs, self.edges = op, attrs, edges
         self.out_types, self.out_data, self.site = out_types, out_data, site
         self.seq = next(_seq)
@@ -41,28 +54,11 @@ class GradFn:
         self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
         self.ctx = None       # custom Function context
         self.versions = None  # [(version box, version)] per output, set by the front end
-        # Version of each Tensor edge (leaf or constant) when it was used.
-        self.in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
-        self._key = None  # structural key piece, computed on first backward
+        self.in_versions = in_versions
+        self._key = key       # structural key piece (None: computed on first backward)
         self.boundary = None  # device copies: the leaf standing for this node on its device
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
         self._out = None      # deferred nodes: a weak reference to their output Tensor
-
-    @classmethod
-    def pending(cls, op, attrs, edges, in_versions, out_types, site, key):
-        """A deferred node (tracer/deferred.py), built without ``__init__``'s passes over
-        the edges: the caller has the input versions and the key piece at hand. Sets
-        every slot ``__init__`` sets (tests/tracer/test_deferred.py checks)."""
-        self = _NEW(cls)
-        self.op, self.attrs, self.edges = op, attrs, edges
-        self.out_types, self.out_data, self.site = out_types, None, site
-        self.seq = next(_seq)
-        self.freed = False
-        self.hooks = self.retains = self.ctx = self.versions = self.boundary = self._out = None
-        self.in_versions = in_versions
-        self._key = key
-        self._tgen = 0
-        return self
 
     def name(self):
         if self.ctx is not None:

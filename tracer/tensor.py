@@ -347,10 +347,10 @@ def _deferrable(op, out_types):
 
 
 def _recorded(data, fn):
-    """The output Tensor of a node the hot path records: ``Tensor(data, grad_fn=fn)`` with
-    requires_grad set, built without the general constructor (a fifth of its cost)."""
+    """``Tensor(data, grad_fn=fn)`` (requires_grad set when ``fn`` is given) without the
+    general constructor (a fifth of its cost): the recording and backward hot paths."""
     t = _NEW(Tensor)
-    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, fn, 0, True
+    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, fn, 0, fn is not None
     t._hooks, t._box, t._inference = None, [0], getattr(_modes, "inference", False)
     return t
 
@@ -360,10 +360,7 @@ _NEW = object.__new__
 
 def plain_tensor(data):
     """``Tensor(data)`` without the general constructor (the backward fast path)."""
-    t = _NEW(Tensor)
-    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, None, 0, False
-    t._hooks, t._box, t._inference = None, [0], is_inference_mode_enabled()
-    return t
+    return _recorded(data, None)
 
 
 def _compute(op_name, inputs, attrs):
