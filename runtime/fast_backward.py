@@ -70,7 +70,29 @@ def register(k, plan, targets):
         shape, dtype = outs[0].shape, outs[0].dtype
         seed = np.ones(shape, dtype)   # read only by the compiled code: one per plan
         feeds = tuple((kind, seed if kind == "seed" else v) for kind, v in plan.feeds)
-        _FAST[k] = (exe, feeds, tuple(zip(targets, _shared(exe, outs)[1:])), shape, dtype)
+        direct = _direct(exe, feeds)
+        # 0-d results come back from Numba as scalars: their dtype (else None) per output
+        out_dt = exe.out_dtypes if direct is not None else (None,) * len(outs)
+        _FAST[k] = (exe, feeds, direct,
+                    tuple(zip(targets, _shared(exe, outs)[1:], out_dt[1:])), shape, dtype)
+
+
+def _direct(exe, feeds):
+    """The arguments of ``exe.fn`` as (leaf slot, None) or (-1, constant), constants made
+    what the compiled code takes (0-d: a scalar), so a hit calls the compiled function
+    without ``Executable.__call__``'s per-argument pass; None when a leaf is 0-d (the
+    general call makes it a scalar)."""
+    if not isinstance(exe, Executable) or type(exe) is not Executable:
+        return None
+    spec = []
+    for (kind, v), scalar in zip(feeds, exe.scalar_in):
+        if kind == "in":
+            if scalar:
+                return None
+            spec.append((v, None))
+        else:
+            spec.append((-1, np.asarray(v)[()] if scalar else v))
+    return tuple(spec)
 
 
 def _shared(exe, outs):
@@ -109,18 +131,31 @@ def fast_backward(root):
             live.append(f)
     if live:   # tensors of this step the caller holds get their recorded values first
         compute_pending(live)
-    exe, feeds, targets, shape, dtype = hit
+    exe, feeds, direct, targets, shape, dtype = hit
     tape._local.tape = tape.Tape()   # taken: the next step records afresh
-    res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
+    res = None
+    if direct is not None:   # scalars stay as Numba returns them: made arrays below
+        try:
+            res = exe.fn(*[leaves[s]._data if s >= 0 else v for s, v in direct], exe.consts)
+        except (TypeError, IndexError):   # other layouts: Executable.__call__ coerces
+            pass
+    if res is None:
+        res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
     value = res[0]
-    if value.dtype != dtype:
-        value = value.astype(dtype)
-    root._data = value.reshape(shape)
+    if type(value) is not np.ndarray or value.dtype != dtype:
+        value = np.asarray(value, dtype)
+    root._data = value if value.shape == shape else value.reshape(shape)
     for f in fns:
         f.out_data, f.freed = None, True
-    for (slot, shared), g in zip(targets, res[1:]):
+    i = 0
+    for slot, shared, dt in targets:
+        i += 1
+        g = res[i]
+        if dt is not None:
+            g = np.asarray(g, dt)
+        elif shared:
+            g = np.array(g)
         t = leaves[slot]
-        t.grad = (plain_tensor(np.array(g) if shared else g) if t.grad is None else
-                  plain_tensor(t.grad.data + g))
+        t.grad = plain_tensor(g) if t.grad is None else plain_tensor(t.grad.data + g)
     STATS["memory_hits"] += 1
     return True

@@ -35,6 +35,47 @@ _REVERSED_CMP = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne
 
 _TENSOR_OPS = {}   # binary name -> its Tensor-Tensor overload (no string building per call)
 
+# NumPy unary ufuncs that are one registered op each: ``__array_ufunc__`` calls it
+# straight away (tracer/numpy_protocol.py maps the rest).
+UNARY_UFUNCS = {np.negative: "neg.default", np.absolute: "abs.default", np.sign: "sign.default",
+                np.exp: "exp.default", np.log: "log.default", np.sin: "sin.default",
+                np.cos: "cos.default", np.tanh: "tanh.default", np.sqrt: "sqrt.default",
+                np.reciprocal: "reciprocal.default"}
+
+
+def _operator(name):
+    """``a <op> b`` for an operator of ``binary``: a same-type tensor or a Python int/float
+    ``b`` goes straight to the front end (``_apply``), the rest through ``binary``. The
+    usual operators of a step run this, so it skips ``binary``'s and ``apply``'s checks
+    (one front end: both operands are of ``a``'s type)."""
+    tensor_op = "pow.Tensor_Tensor" if name == "pow" else f"{name}.Tensor"
+    scalar_op, key = ("pow.Tensor_Scalar", "exponent") if name == "pow" else (f"{name}.Scalar",
+                                                                              "other")
+
+    def method(self, other):
+        t = type(other)
+        if t is type(self):
+            return self._apply(tensor_op, [self, other], {})
+        if t is float or t is int:
+            return self._apply(scalar_op, [self], {key: other})
+        return binary(name, self, other)
+    method.__name__ = f"__{name}__"
+    return method
+
+
+def _reflected(name):
+    """``b <op> a`` for the commutative ``add`` / ``mul``: a Python int/float ``b`` is the
+    scalar overload on ``a``."""
+    scalar_op = f"{name}.Scalar"
+
+    def method(self, other):
+        t = type(other)
+        if t is float or t is int:
+            return self._apply(scalar_op, [self], {"other": other})
+        return binary(name, other, self)
+    method.__name__ = f"__r{name}__"
+    return method
+
 
 def binary(name, a, b):
     if isinstance(a, ArrayOps):   # the usual cases first, without the general checks
@@ -167,15 +208,12 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     def eq(self, other): return binary("eq", self, other)
     def ne(self, other): return binary("ne", self, other)
 
-    __add__ = add
-    __sub__ = sub
-    __mul__ = mul
-    __truediv__ = div
-    __pow__ = pow
+    __add__, __sub__, __mul__ = _operator("add"), _operator("sub"), _operator("mul")
+    __truediv__, __pow__ = _operator("div"), _operator("pow")
     __gt__, __lt__, __ge__, __le__, __eq__, __ne__ = gt, lt, ge, le, eq, ne
-    def __radd__(self, other): return binary("add", other, self)
+    __radd__ = _reflected("add")
     def __rsub__(self, other): return binary("sub", other, self)
-    def __rmul__(self, other): return binary("mul", other, self)
+    __rmul__ = _reflected("mul")
     def __rtruediv__(self, other): return binary("div", other, self)
     def __rpow__(self, other): return binary("pow", other, self)
     def __neg__(self): return apply("neg.default", [self], {})
@@ -189,8 +227,10 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
 
     # -- unary --------------------------------------------------------------------
     def _unary(name):
-        def method(self):
-            return apply(f"{name}.default", [self], {})
+        op = f"{name}.default"
+
+        def method(self):   # one operand: its own front end, without apply's search
+            return self._apply(op, [self], {})
         method.__name__ = name
         return method
 
@@ -211,6 +251,8 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
 
     # -- reductions ------------------------------------------------------------------
     def _reduce(self, name, dim, keepdim):
+        if dim is None and not keepdim:   # the usual full reduction, without the checks
+            return self._apply(f"{name}.default", [self], {})
         dims = norm_dims(dim, self.ndim, name)
         if not dims:
             if not keepdim:
@@ -321,6 +363,9 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
 
     # -- NumPy protocols (tables in numpy_protocol.py) -------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        op = UNARY_UFUNCS.get(ufunc)
+        if op is not None and method == "__call__" and not kwargs:   # np.tanh(t) ...
+            return self._apply(op, [self], {})
         return _protocol().array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):

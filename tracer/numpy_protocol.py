@@ -12,7 +12,7 @@ import numpy as np
 
 from scipy import special
 
-from gradjit.tracer.api import ArrayOps, apply, binary, matmul, where
+from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul, where
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer.registry import GradjitError, user_site
 
@@ -49,8 +49,7 @@ def _first(*xs):
     return next(x for x in xs if isinstance(x, ArrayOps))
 
 
-def _unary_fn(name):
-    op = f"{name}.default"
+def _unary_fn(op):
     return lambda x: apply(op, [x], {})
 
 
@@ -61,10 +60,7 @@ _UFUNCS = {
     np.less: lambda a, b: binary("lt", a, b), np.greater_equal: lambda a, b: binary("ge", a, b),
     np.less_equal: lambda a, b: binary("le", a, b), np.equal: lambda a, b: binary("eq", a, b),
     np.not_equal: lambda a, b: binary("ne", a, b),
-    np.negative: _unary_fn("neg"), np.absolute: _unary_fn("abs"), np.sign: _unary_fn("sign"),
-    np.exp: _unary_fn("exp"), np.log: _unary_fn("log"), np.sin: _unary_fn("sin"),
-    np.cos: _unary_fn("cos"), np.tanh: _unary_fn("tanh"), np.sqrt: _unary_fn("sqrt"),
-    np.reciprocal: _unary_fn("reciprocal"),
+    **{f: _unary_fn(op) for f, op in UNARY_UFUNCS.items()},
     np.matmul: lambda a, b: matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b))),
 }
 

@@ -18,8 +18,10 @@ Contract
   made by a node from before the last take or by a node not on the tape
   (custom Functions, device copies), or more than ``LIMIT`` entries.
 - The tape holds weak references only: it never keeps a graph or a leaf alive.
-- Deferred nodes (tracer/deferred.py) stay pending only while they are on the
-  current tape: ``add`` returns False when it did not take a node, and
+- Deferred nodes (tracer/deferred.py) are made here (``push``: node and entry
+  in one pass over the inputs, read as Tensors) and stay pending only while
+  they are on the current tape: ``add`` returns False when it did not take a
+  node, ``push`` None, and
   ``flush`` (also run when entries are dropped) computes every pending one.
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ import itertools
 import threading
 import weakref
 
+from gradjit.tracer.gradfn import GradFn
 from gradjit.tracer.ir import _key_attr
 
 LIMIT = 200_000
@@ -122,6 +125,61 @@ class Tape:
         self.open += 1
         fn._tgen, fn._tpos = gen, n
         return True
+
+    def push(self, op, attrs, inputs, out_types, piece):
+        """Record a deferred node (tracer/deferred.py) of ``op`` on the Tensors ``inputs``:
+        its ``GradFn`` and its entry are built in one pass over the inputs (the hot path
+        of a tensor-mode step; ``add`` is the general way). Returns the GradFn (its
+        ``site``, ``versions`` and ``_out`` are the caller's to set), or None when there is
+        nothing to defer: no input requires grad, an input is an inference tensor, or the
+        tape is (or, meeting an input it cannot describe, gets) broken."""
+        if self.broken:
+            return None
+        n = len(self.parts)
+        if n >= LIMIT:
+            self.clear()
+            return None
+        edges, in_versions, refs = [], [], []
+        record, gen = False, self.gen
+        for t in inputs:
+            if t._inference:   # the eager path raises torch's error
+                return None
+            src = t.grad_fn
+            if src is None:
+                record = record or t._requires_grad
+                edges.append(t)
+                in_versions.append(t._box[0])
+                refs.append(None)   # a leaf slot, given below once recording is sure
+            elif src._tgen != gen:
+                self.clear()
+                return None
+            else:
+                record = True
+                edges.append((src, t._index))
+                in_versions.append(None)
+                refs.append((src._tpos, t._index))
+        if not record:
+            return None
+        fed = self.fed
+        for i, r in enumerate(refs):
+            if r is None:
+                e = edges[i]
+                slot = self.slots.get(id(e))
+                if slot is None:
+                    slot = self.slots[id(e)] = len(self.leaves)
+                    self.leaves.append(weakref.ref(e))
+                self.uses.append((slot, in_versions[i], n))
+                refs[i] = slot
+            elif not fed[r[0]]:
+                fed[r[0]] = True
+                self.open -= 1
+        fn = GradFn.pending(op, attrs, edges, in_versions, out_types, None, piece)
+        self.parts.append((piece, tuple(refs)))
+        self.fns.append(weakref.ref(fn))
+        fed.append(False)
+        self.open += 1
+        fn._tgen, fn._tpos = gen, n
+        return fn
 
     def clear(self):
         """Broken until the next take; drop what was recorded (computing its deferred

@@ -270,37 +270,17 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
     @classmethod
     def _defer(cls, op, attrs, inputs, out_types, piece):
         """Record the op without running it (tracer/deferred.py); None when it must run.
-        The hot path of a tensor-mode step: one pass over the inputs, no general
-        constructors."""
+        The hot path of a tensor-mode step: the tape builds node and entry in one pass
+        (``Tape.push``), no general constructors."""
         if not getattr(_modes, "enabled", True):
             return None
-        record = False
-        edges, in_versions = [], []
-        for t in inputs:
-            if t._inference:   # the eager path raises torch's error
-                return None
-            if t._requires_grad:
-                record = True
-            src = t.grad_fn
-            if src is None:
-                edges.append(t)
-                in_versions.append(t._box[0])
-            else:
-                edges.append((src, t._index))
-                in_versions.append(None)
-        if not record:
-            return None
         tp = getattr(tape._local, "tape", None) or tape.current()
-        if tp.broken:
+        fn = tp.push(op.name, attrs, inputs, out_types, piece)
+        if fn is None:
             return None
-        # (from _apply's caller: only gradjit calls the private _apply)
-        fn = GradFn.pending(op.name, attrs, edges, in_versions, out_types, user_site(3), piece)
+        fn.site = user_site(3)   # (from _apply's caller: only gradjit calls the private _apply)
         t = _recorded(None, fn)
         fn.versions = [(t._box, 0)]
-        if not tp.add(fn):   # the tape could not take it: run it now
-            compute_pending([fn])
-            t._data = fn.out_data[0]
-            return t
         fn._out = weakref.ref(t)
         return t
 
