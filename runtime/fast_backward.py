@@ -48,6 +48,8 @@ def _key(tp, root):
     """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
     does not hold exactly its history (the checks ``tape.take`` makes, without taking)."""
     fn = root.grad_fn
+    if tp.open != 1 and not tp.broken:
+        tp.trim()   # dead side computations leave entries open (as tape.take)
     if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
             or fn._tpos != len(tp.parts) - 1 or root._index != 0):
         return None, None

@@ -120,7 +120,9 @@ def where(condition, x, y):
 def matmul(a, b):
     sa, sb = a.shape, b.shape
     if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and a.dtype == b.dtype:
-        return apply("mm.default", [a, b], {})   # the usual case, without the general checks
+        if type(a) is type(b):   # the usual case, without the general checks or apply's search
+            return a._apply("mm.default", [a, b], {})
+        return apply("mm.default", [a, b], {})
     da, db = a.ndim, b.ndim
     if da == 0 or db == 0:
         raise ShapeError(f"matmul: both arguments to matmul need to be at least 1D, but they are "
@@ -219,7 +221,8 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     def __neg__(self): return apply("neg.default", [self], {})
     def __pos__(self): return self
     def __abs__(self): return apply("abs.default", [self], {})
-    def __matmul__(self, other): return matmul(self, self._coerce(other))
+    def __matmul__(self, other):
+        return matmul(self, other if type(other) is type(self) else self._coerce(other))
     def __rmatmul__(self, other): return matmul(self._coerce(other), self)
 
     def _coerce(self, x):

@@ -16,7 +16,8 @@ Contract
   here, not a walk of the graph.
 - Whatever the tape cannot describe breaks it until the next take: an input
   made by a node from before the last take or by a node not on the tape
-  (custom Functions, device copies), or more than ``LIMIT`` entries.
+  (custom Functions, device copies), or more than ``LIMIT`` entries (after
+  ``trim`` dropped the entries no live node can reach).
 - The tape holds weak references only: it never keeps a graph or a leaf alive.
 - Deferred nodes (tracer/deferred.py) are made here (``push``: node and entry
   in one pass over the inputs, read as Tensors) and stay pending only while
@@ -34,6 +35,7 @@ from gradjit.tracer.gradfn import GradFn
 from gradjit.tracer.ir import _key_attr
 
 LIMIT = 200_000
+TRIM_MIN = 4096   # entries before the first look for a dead prefix (``Tape.trim``)
 _gens = itertools.count(1)   # generation numbers, unique across threads
 _local = threading.local()
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
@@ -82,7 +84,8 @@ def fn_key(fn):
 
 
 class Tape:
-    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "uses", "broken")
+    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "uses", "broken",
+                 "trim_at")
 
     def __init__(self):
         self.gen = next(_gens)
@@ -91,12 +94,15 @@ class Tape:
         self.slots, self.leaves = {}, []   # id(leaf) -> slot; weak refs by slot
         self.uses = []           # (slot, version when used, entry) of every leaf use
         self.broken = False
+        self.trim_at = TRIM_MIN
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
         if self.broken:
             return False
         n = len(self.parts)
+        if n >= self.trim_at:
+            n = self.trim()
         if n >= LIMIT:
             return self.clear()
         refs = []
@@ -136,6 +142,8 @@ class Tape:
         if self.broken:
             return None
         n = len(self.parts)
+        if n >= self.trim_at:
+            n = self.trim()
         if n >= LIMIT:
             self.clear()
             return None
@@ -181,6 +189,46 @@ class Tape:
         fn._tgen, fn._tpos = gen, n
         return fn
 
+    def trim(self):
+        """Drop the entries whose node is dead (a live node holds its inputs, so no live
+        entry reads them) and renumber the rest in order, leaf slots by first use, as if
+        only they had been recorded. A forward that is never taken (an evaluation loop
+        without no_grad) so keeps the tape at the size of what is alive instead of
+        growing it until it breaks. Run when the tape reaches ``trim_at``, which then
+        doubles past what stays: linear time overall. Returns the new length."""
+        n = len(self.fns)
+        alive = [(p, f) for p, f in enumerate(r() for r in self.fns) if f is not None]
+        if len(alive) < n:
+            pos = {p: q for q, (p, _) in enumerate(alive)}
+            new_slot, leaves, slots, parts = {}, [], {}, []
+            fed = [False] * len(alive)
+            for p, _ in alive:
+                piece, refs = self.parts[p]
+                out = []
+                for r in refs:
+                    if type(r) is tuple:
+                        q = pos[r[0]]
+                        fed[q] = True
+                        out.append((q, r[1]))
+                        continue
+                    s = new_slot.get(r)
+                    if s is None:
+                        s = new_slot[r] = len(leaves)
+                        leaves.append(self.leaves[r])
+                        t = self.leaves[r]()
+                        if t is not None:
+                            slots[id(t)] = s
+                    out.append(s)
+                parts.append((piece, tuple(out)))
+            self.uses = [(new_slot[s], v, pos[e]) for s, v, e in self.uses if e in pos]
+            self.parts, self.leaves, self.slots, self.fed = parts, leaves, slots, fed
+            self.fns = [self.fns[p] for p, _ in alive]
+            self.open = fed.count(False)
+            for q, (_, f) in enumerate(alive):
+                f._tpos = q
+        self.trim_at = max(TRIM_MIN, 2 * len(alive))
+        return len(alive)
+
     def clear(self):
         """Broken until the next take; drop what was recorded (computing its deferred
         nodes first: a pending node must always be on the current tape). Returns False."""
@@ -219,6 +267,8 @@ def flush():
 def take(roots):
     tape = current()
     _local.tape = Tape()
+    if tape.open != 1 and not tape.broken:
+        tape.trim()   # dead side computations (an evaluation forward) leave entries open
     if tape.broken or tape.open != 1 or len(roots) != 1:
         tape.flush()   # entries the new tape does not know: none may stay pending
         return None

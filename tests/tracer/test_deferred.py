@@ -244,6 +244,54 @@ def test_tape_limit_computes_what_it_drops(rng, monkeypatch):
     tape.take([])
 
 
+def test_untaken_forwards_trim_the_tape_instead_of_breaking_it(rng, monkeypatch, joints):
+    """An evaluation loop without no_grad never takes the tape: its dead steps are dropped
+    (Tape.trim; a tensor held from before does not stop it), so it stays deferred, and a
+    later training step still hits the fast path."""
+    monkeypatch.setattr(tape, "TRIM_MIN", 16)
+    monkeypatch.setattr(tape, "LIMIT", 64)
+    tape.take([])
+    x, w, b = _leaves(rng)
+    held = (x * w).sum()                     # alive throughout: never trimmed
+    for _ in range(40):                       # 40 x 4 entries: past LIMIT without trimming
+        val = (np.tanh(x * w + b) ** 2).sum()
+    tp = tape.current()
+    assert not tp.broken and len(tp.parts) < 64
+    assert val._data is None                  # still deferred
+    ref = (np.tanh(x.data * w.data + b.data) ** 2).sum()
+    np.testing.assert_allclose(val.data, ref, rtol=1e-13)
+    np.testing.assert_allclose(held.data, (x.data * w.data).sum(), rtol=1e-13)
+    del val, held
+    for _ in range(3):                        # a training step after it: general, then fast
+        w.grad = b.grad = None
+        (np.tanh(x * w + b) ** 2).sum().backward()
+    t = np.tanh(x.data * w.data + b.data)
+    np.testing.assert_allclose(w.grad.data, (2 * t * (1 - t * t) * x.data).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.data, (2 * t * (1 - t * t)).sum(), rtol=1e-12)
+    assert joints[0] == 3 and joints[1] >= 2   # (the first may hit a plan of another test)
+
+
+def test_trim_renumbers_what_stays(rng, monkeypatch):
+    """Live entries keep their wiring: positions and leaf slots are renumbered as if only
+    they had been recorded; an entry whose readers all died is open again."""
+    monkeypatch.setattr(tape, "TRIM_MIN", 6)
+    tape.take([])
+    x, w, b = _leaves(rng)
+    (x * w).sum()                             # dead at once
+    y = b * b                                 # alive; its leaf b is met first once trimmed
+    (y * x).sum()                             # dead: y's only reader
+    (x * w).sum()                             # dead
+    z = (y * w + x * w).sum()                 # the 6-entry check trims before z's sum
+    tp = tape.current()
+    assert len(tp.parts) == 5 and tp.open == 1
+    assert [r() for r in tp.fns][0] is y.grad_fn and y.grad_fn._tpos == 0
+    assert tp.parts[1][1] == ((0, 0), 1) and [r() for r in tp.leaves] == [b, w, x]
+    assert [(s, e) for s, _, e in tp.uses] == [(0, 0), (0, 0), (1, 1), (2, 2), (1, 2)]
+    z.backward()
+    np.testing.assert_allclose(w.grad.data, (b.data ** 2 + x.data).sum(0), rtol=1e-13)
+    np.testing.assert_allclose(b.grad.data, 2 * b.data * w.data.sum() * 4, rtol=1e-13)
+
+
 def test_an_inference_tensor_after_a_grad_input_still_raises(rng):
     x, w, b = _leaves(rng)
     with gj.inference_mode():
