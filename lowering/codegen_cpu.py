@@ -22,6 +22,8 @@ Contract
   so compile time follows distinct structure, not graph length. In graphs
   long enough to roll, loops of ``OUTLINE_BIG`` elements or more are outlined
   before rolling: LLVM vectorises them better in a function of their own.
+  Outlined loops read their extents from their arguments' shapes (``n<d> =
+  v<id>.shape[j]``), so loops that differ only in shape share one function.
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
@@ -37,7 +39,7 @@ import numpy as np
 from gradjit.lowering.blas_cpu import blas_helper
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
-from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
+from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
@@ -208,10 +210,27 @@ def _acc_update(node, tgt, x):
     return acc_update(node.op, tgt, x)
 
 
-def _loop(e, loop, inline):
+def _split_sum(n, space):
+    """A full float sum over a space of ``SPLIT_SUM_MIN`` elements or more (stored per block)."""
+    return (len(reduced_dims(n)) == len(space) and len(space) and n.op == "sum.default"
+            and int(np.prod(space)) >= SPLIT_SUM_MIN and n.outputs[0].dtype.kind == "f")
+
+
+def _shape(dims):
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def _loop(e, loop, inline, generic=False):
+    """``generic`` (a loop bound for a shared function): the extents are read from the
+    shapes of the arrays it reads (``n<d>``), so loops that differ only in shape share
+    one compiled function; a dim no such array spans stays a literal."""
     space = loop.shape
     r = len(space)
     regs = {}
+    # Not with a split sum: its block arithmetic is written with the extents' values.
+    generic = generic and not any(_split_sum(n, space) for n in loop.reductions)
+    src = extent_sources(loop, inline) if generic else [None] * r
+    ext = [str(space[d]) if src[d] is None else f"n{d}" for d in range(r)]
 
     hoisted = {}   # value -> index expression, read once per innermost loop (h<id>)
 
@@ -233,16 +252,18 @@ def _loop(e, loop, inline):
 
     names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
     e.emit(1, f"# loop over {space}: {names}")
+    for d, s in enumerate(src):
+        if s is not None:
+            e.emit(1, f"n{d} = v{s[0].id}.shape[{s[1]}]")
     for v in loop.stores:
         if v.ndim:
-            e.emit(1, f"v{v.id} = al.empty({v.shape}, {_np_dtype(v.dtype)})")
+            e.emit(1, f"v{v.id} = al.empty({_shape(ext)}, {_np_dtype(v.dtype)})")
     scalar_red, array_red, split = [], [], []
     size = int(np.prod(space)) if space else 1
     for n in loop.reductions:
         out = n.outputs[0]
         dims = reduced_dims(n)
-        if len(dims) == r and r and size >= SPLIT_SUM_MIN and n.op == "sum.default" \
-                and out.dtype.kind == "f":
+        if _split_sum(n, space):
             # Stored per block of SPLIT_BLOCK elements, summed per block (al.total): a
             # running sum would keep the whole loop from vectorising; a block, not the
             # whole space, keeps the buffer in cache and the peak memory flat.
@@ -254,7 +275,9 @@ def _loop(e, loop, inline):
         else:
             array_red.append(n)
             fill = _acc_init(n)
-            e.emit(1, f"v{out.id} = al.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
+            keep = n.attrs.get("keepdim", False)
+            shp = _shape([("1" if d in dims else ext[d]) for d in range(r) if keep or d not in dims])
+            e.emit(1, f"v{out.id} = al.full({shp}, {fill}, {_np_dtype(out.dtype)})")
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
@@ -280,7 +303,7 @@ def _loop(e, loop, inline):
             block = depth   # the per-block sums go here, after the block's loops
             e.emit(depth, f"for i{d} in range(lo0, hi0):")
         else:
-            e.emit(depth, f"for i{d} in {rng}({space[d]}):")
+            e.emit(depth, f"for i{d} in {rng}({ext[d]}):")
         depth += 1
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
     for n in loop.nodes:
@@ -408,18 +431,22 @@ def generate(graph, name="entry", pack_inputs=False):
     steps, inline = schedule(graph)
     rolls = len(steps) >= ROLL_MIN_STEPS
     outliner = Outliner() if rolls else None
+    # Without rolling, every loop is outlined when there are this many (see below).
+    outline_every = not rolls and sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS
     blocks = []
     for step in steps:
         mark, par = len(e.lines), e.parallel
         e.parallel = False
+        big = False
         if isinstance(step, Loop):
-            _loop(e, step, inline)
+            big = rolls and int(np.prod(step.shape)) >= OUTLINE_BIG
+            _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
         else:
             _stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
         block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop))
-        if rolls and block.is_loop and int(np.prod(step.shape)) >= OUTLINE_BIG:
+        if big:
             # A loop of an unrolled Python loop's step, called from the rolled loop: LLVM
             # vectorises it in a small function of its own, not inside the large entry
             # (W4: 183 -> 136 us per gradient, +0.26 s of compile).
