@@ -330,7 +330,7 @@ def _loop(e, loop, inline, generic=False):
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id
-        e.emit(block, f"r{k} += al.total(s{k}.reshape({rows * rest}), (hi0 - lo0) * {rest})")
+        e.emit(block, f"r{k} += al.total(al.reshape(s{k}, ({rows * rest},)), (hi0 - lo0) * {rest})")
     for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"
@@ -346,8 +346,8 @@ def _reshape(x, src, dst, layout="A"):
     if not dst.ndim:
         return f"v{x}[{', '.join('0' * src.ndim)}]"
     if layout == "C":   # already C: a view, and no contiguity overload to compile
-        return f"v{x}.reshape({dst.shape})"
-    return f"al.contiguous(v{x}).reshape({dst.shape})"
+        return f"al.reshape(v{x}, {dst.shape})"
+    return f"al.reshape(al.contiguous(v{x}), {dst.shape})"
 
 
 def _stmt(e, node):
@@ -379,7 +379,7 @@ def _stmt(e, node):
         perm = permutation(node)
         if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
             # A row or a column: its transpose has the same memory order (a C view).
-            e.emit(1, f"v{out.id} = {a[0]}.reshape({out.shape})", node)
+            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {out.shape})", node)
         elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
             # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
             # combination would cost Numba about a second of compile (the loop-heavy
@@ -494,7 +494,7 @@ def generate(graph, name="entry", pack_inputs=False):
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
-    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|total)\(", "\n".join(e.prologue + e.lines + shared)):
+    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',

@@ -321,3 +321,10 @@ def test_outlined_loops_differing_only_in_shape_share_a_function(monkeypatch):
     assert 0 < diff.count("\ndef loop") == same.count("\ndef loop")
     assert diff.count("\ndef loop") < len(re.findall(r"= loop\d+\(", diff))
     _check(rnn_args_loss, args, monkeypatch=monkeypatch)
+
+
+def test_views_reshape_through_the_cached_helper():
+    # ndarray.reshape would make Numba compile its (uncached) normalize_reshape_value
+    # subroutine in every process; al.reshape is compiled once per machine
+    src = _source(rnn_args_loss, _rnn_args(40))
+    assert "al.reshape(" in src and ".reshape(" not in src.replace("al.reshape(", "")
