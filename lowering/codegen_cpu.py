@@ -118,13 +118,14 @@ def _describe(node):
     return format_node(shown).replace("'<const>'", "<const>")
 
 
-def _index(v, space):
-    """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest."""
+def _index(v, space, fixed=()):
+    """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest.
+    ``fixed``: dims of the space that have no loop (size 1), indexed 0."""
     r, k = len(space), v.ndim
     idx = []
     for j in range(k):
         d = r - k + j
-        idx.append("0" if v.shape[j] == 1 and space[d] != 1 else f"i{d}")
+        idx.append("0" if (v.shape[j] == 1 and space[d] != 1) or d in fixed else f"i{d}")
     return f"v{v.id}[{', '.join(idx)}]"
 
 
@@ -241,8 +242,8 @@ def _loop(e, loop, inline, generic=False):
             return _lit(inline[v], v.dtype)
         if v.ndim == 0:
             return f"v{v.id}"
-        idx = _index(v, space)
-        if r and f"i{r - 1}" not in re.findall(r"\bi\d+\b", idx):
+        idx = _index(v, space, fixed)
+        if loops and f"i{loops[-1]}" not in re.findall(r"\bi\d+\b", idx):
             # Invariant in the innermost loop (a broadcast operand, e.g. an outer product's
             # column): read it once before that loop. LLVM cannot hoist the load itself,
             # since the loop's stores might alias it, and then it does not vectorise.
@@ -288,8 +289,13 @@ def _loop(e, loop, inline, generic=False):
         j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
         rest = int(np.prod(space[j + 1:]))
         rows = max(1, SPLIT_BLOCK // rest)
+    # Size-1 dims get no loop (index 0): a one-trip range loop is a dozen Numba IR
+    # instructions to type and lower for nothing (RNN steps are (1, hidden) loops).
+    loops = [d for d in range(r) if space[d] != 1 or (split and d == j)]
+    fixed = set(range(r)) - set(loops)
+    ix = (lambda d: "0" if d in fixed else f"i{d}")   # noqa: E731
     depth = 1
-    for d in range(r):
+    for d in loops:
         rng = rng0 if d == 0 else "range"
         if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
             e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
@@ -310,14 +316,14 @@ def _loop(e, loop, inline, generic=False):
         out = n.outputs[0]
         x = read(n.inputs[0])
         if n in split:
-            idx = ", ".join([f"i{j} - lo0"] + [f"i{d}" for d in range(j + 1, r)])
+            idx = ", ".join([f"i{j} - lo0"] + [ix(d) for d in range(j + 1, r)])
             e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
         elif n in scalar_red:
             e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
         elif n in array_red:
             dims = reduced_dims(n)
             keep = n.attrs.get("keepdim", False)
-            idx = [("0" if d in dims else f"i{d}") for d in range(r) if keep or d not in dims]
+            idx = [("0" if d in dims else ix(d)) for d in range(r) if keep or d not in dims]
             tgt = f"v{out.id}[{', '.join(idx)}]"
             e.emit(depth, _acc_update(n, tgt, x), n)
         else:
@@ -326,7 +332,7 @@ def _loop(e, loop, inline, generic=False):
     e.lines[inner:inner] = ["    " * (depth - 1) + f"h{v.id} = {idx}"
                             for v, idx in hoisted.items()]
     for v in loop.stores:
-        tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
+        tgt = f"v{v.id}[{', '.join(ix(d) for d in range(r))}]" if v.ndim else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id

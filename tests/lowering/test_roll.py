@@ -328,3 +328,12 @@ def test_views_reshape_through_the_cached_helper():
     # subroutine in every process; al.reshape is compiled once per machine
     src = _source(rnn_args_loss, _rnn_args(40))
     assert "al.reshape(" in src and ".reshape(" not in src.replace("al.reshape(", "")
+
+
+def test_size_one_dims_get_no_loop(monkeypatch):
+    # the RNN's per-step loops are over (1, hidden): the 1 is an index, not a loop
+    args = _rnn_args(40)
+    src = _source(rnn_args_loss, args)
+    assert "# loop over (1, 5)" in src and "in range(1)" not in src
+    assert re.search(r"\[0, i1\]", src)
+    _check(rnn_args_loss, args, monkeypatch=monkeypatch)
