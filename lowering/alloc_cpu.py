@@ -1,12 +1,15 @@
 """Array allocation for generated CPU code, compiled once per machine.
 
 Contract
-- ``empty(shape, dtype)``, ``full(shape, value, dtype)``, ``zeros(shape, dtype)``
-  and ``contiguous(a)`` (``np.ascontiguousarray``) are NumPy's. Generated modules allocate through them (as ``al.empty`` ...)
-  instead of calling ``np.empty`` (...) directly: Numba then compiles its allocation
-  implementations once per machine and signature (``cache=True``) instead of
-  inside every generated function, where they cost 0.3-0.4 s of each cold
-  compile. ``forceinline``: no call overhead in the caller's loops.
+- ``empty(shape, dtype)``, ``full(shape, value, dtype)``, ``zeros(shape, dtype)``,
+  ``contiguous(a)`` (``np.ascontiguousarray``) and ``reshape(a, shape)``
+  (``a.reshape(shape)``, ``a`` contiguous) are NumPy's. Generated modules call
+  them (as ``al.empty`` ...) instead of NumPy directly: Numba then compiles
+  those implementations once per machine and signature (``cache=True``)
+  instead of inside every generated function, where they cost 0.3-0.4 s of
+  each cold compile (``reshape``: Numba's reshape lowering compiles a
+  subroutine, ``normalize_reshape_value``, once per process, uncached).
+  ``forceinline``: no call overhead in the caller's loops.
 - ``total(a, n)``: the sum of the first ``n`` elements of a 1-D float array,
   in float64, over 16 lanes (then the lanes, then the tail). Large fused
   loops store the operand of their full-sum reductions block by block and
@@ -40,6 +43,11 @@ def zeros(shape, dtype):
 @jit
 def contiguous(a):
     return np.ascontiguousarray(a)
+
+
+@jit
+def reshape(a, shape):
+    return a.reshape(shape)
 
 
 LANES = 16

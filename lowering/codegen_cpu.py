@@ -22,6 +22,8 @@ Contract
   so compile time follows distinct structure, not graph length. In graphs
   long enough to roll, loops of ``OUTLINE_BIG`` elements or more are outlined
   before rolling: LLVM vectorises them better in a function of their own.
+  Outlined loops read their extents from their arguments' shapes (``n<d> =
+  v<id>.shape[j]``), so loops that differ only in shape share one function.
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
@@ -37,7 +39,7 @@ import numpy as np
 from gradjit.lowering.blas_cpu import blas_helper
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
-from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
+from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
@@ -116,13 +118,14 @@ def _describe(node):
     return format_node(shown).replace("'<const>'", "<const>")
 
 
-def _index(v, space):
-    """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest."""
+def _index(v, space, fixed=()):
+    """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest.
+    ``fixed``: dims of the space that have no loop (size 1), indexed 0."""
     r, k = len(space), v.ndim
     idx = []
     for j in range(k):
         d = r - k + j
-        idx.append("0" if v.shape[j] == 1 and space[d] != 1 else f"i{d}")
+        idx.append("0" if (v.shape[j] == 1 and space[d] != 1) or d in fixed else f"i{d}")
     return f"v{v.id}[{', '.join(idx)}]"
 
 
@@ -208,10 +211,27 @@ def _acc_update(node, tgt, x):
     return acc_update(node.op, tgt, x)
 
 
-def _loop(e, loop, inline):
+def _split_sum(n, space):
+    """A full float sum over a space of ``SPLIT_SUM_MIN`` elements or more (stored per block)."""
+    return (len(reduced_dims(n)) == len(space) and len(space) and n.op == "sum.default"
+            and int(np.prod(space)) >= SPLIT_SUM_MIN and n.outputs[0].dtype.kind == "f")
+
+
+def _shape(dims):
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def _loop(e, loop, inline, generic=False):
+    """``generic`` (a loop bound for a shared function): the extents are read from the
+    shapes of the arrays it reads (``n<d>``), so loops that differ only in shape share
+    one compiled function; a dim no such array spans stays a literal."""
     space = loop.shape
     r = len(space)
     regs = {}
+    # Not with a split sum: its block arithmetic is written with the extents' values.
+    generic = generic and not any(_split_sum(n, space) for n in loop.reductions)
+    src = extent_sources(loop, inline) if generic else [None] * r
+    ext = [str(space[d]) if src[d] is None else f"n{d}" for d in range(r)]
 
     hoisted = {}   # value -> index expression, read once per innermost loop (h<id>)
 
@@ -222,8 +242,8 @@ def _loop(e, loop, inline):
             return _lit(inline[v], v.dtype)
         if v.ndim == 0:
             return f"v{v.id}"
-        idx = _index(v, space)
-        if r and f"i{r - 1}" not in re.findall(r"\bi\d+\b", idx):
+        idx = _index(v, space, fixed)
+        if loops and f"i{loops[-1]}" not in re.findall(r"\bi\d+\b", idx):
             # Invariant in the innermost loop (a broadcast operand, e.g. an outer product's
             # column): read it once before that loop. LLVM cannot hoist the load itself,
             # since the loop's stores might alias it, and then it does not vectorise.
@@ -233,16 +253,18 @@ def _loop(e, loop, inline):
 
     names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
     e.emit(1, f"# loop over {space}: {names}")
+    for d, s in enumerate(src):
+        if s is not None:
+            e.emit(1, f"n{d} = v{s[0].id}.shape[{s[1]}]")
     for v in loop.stores:
         if v.ndim:
-            e.emit(1, f"v{v.id} = al.empty({v.shape}, {_np_dtype(v.dtype)})")
+            e.emit(1, f"v{v.id} = al.empty({_shape(ext)}, {_np_dtype(v.dtype)})")
     scalar_red, array_red, split = [], [], []
     size = int(np.prod(space)) if space else 1
     for n in loop.reductions:
         out = n.outputs[0]
         dims = reduced_dims(n)
-        if len(dims) == r and r and size >= SPLIT_SUM_MIN and n.op == "sum.default" \
-                and out.dtype.kind == "f":
+        if _split_sum(n, space):
             # Stored per block of SPLIT_BLOCK elements, summed per block (al.total): a
             # running sum would keep the whole loop from vectorising; a block, not the
             # whole space, keeps the buffer in cache and the peak memory flat.
@@ -254,7 +276,9 @@ def _loop(e, loop, inline):
         else:
             array_red.append(n)
             fill = _acc_init(n)
-            e.emit(1, f"v{out.id} = al.full({out.shape}, {fill}, {_np_dtype(out.dtype)})")
+            keep = n.attrs.get("keepdim", False)
+            shp = _shape([("1" if d in dims else ext[d]) for d in range(r) if keep or d not in dims])
+            e.emit(1, f"v{out.id} = al.full({shp}, {fill}, {_np_dtype(out.dtype)})")
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
@@ -265,8 +289,13 @@ def _loop(e, loop, inline):
         j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
         rest = int(np.prod(space[j + 1:]))
         rows = max(1, SPLIT_BLOCK // rest)
+    # Size-1 dims get no loop (index 0): a one-trip range loop is a dozen Numba IR
+    # instructions to type and lower for nothing (RNN steps are (1, hidden) loops).
+    loops = [d for d in range(r) if space[d] != 1 or (split and d == j)]
+    fixed = set(range(r)) - set(loops)
+    ix = (lambda d: "0" if d in fixed else f"i{d}")   # noqa: E731
     depth = 1
-    for d in range(r):
+    for d in loops:
         rng = rng0 if d == 0 else "range"
         if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
             e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
@@ -280,21 +309,21 @@ def _loop(e, loop, inline):
             block = depth   # the per-block sums go here, after the block's loops
             e.emit(depth, f"for i{d} in range(lo0, hi0):")
         else:
-            e.emit(depth, f"for i{d} in {rng}({space[d]}):")
+            e.emit(depth, f"for i{d} in {rng}({ext[d]}):")
         depth += 1
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
     for n in loop.nodes:
         out = n.outputs[0]
         x = read(n.inputs[0])
         if n in split:
-            idx = ", ".join([f"i{j} - lo0"] + [f"i{d}" for d in range(j + 1, r)])
+            idx = ", ".join([f"i{j} - lo0"] + [ix(d) for d in range(j + 1, r)])
             e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
         elif n in scalar_red:
             e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
         elif n in array_red:
             dims = reduced_dims(n)
             keep = n.attrs.get("keepdim", False)
-            idx = [("0" if d in dims else f"i{d}") for d in range(r) if keep or d not in dims]
+            idx = [("0" if d in dims else ix(d)) for d in range(r) if keep or d not in dims]
             tgt = f"v{out.id}[{', '.join(idx)}]"
             e.emit(depth, _acc_update(n, tgt, x), n)
         else:
@@ -303,11 +332,11 @@ def _loop(e, loop, inline):
     e.lines[inner:inner] = ["    " * (depth - 1) + f"h{v.id} = {idx}"
                             for v, idx in hoisted.items()]
     for v in loop.stores:
-        tgt = f"v{v.id}[{', '.join(f'i{d}' for d in range(r))}]" if v.ndim else f"v{v.id}"
+        tgt = f"v{v.id}[{', '.join(ix(d) for d in range(r))}]" if v.ndim else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id
-        e.emit(block, f"r{k} += al.total(s{k}.reshape({rows * rest}), (hi0 - lo0) * {rest})")
+        e.emit(block, f"r{k} += al.total(al.reshape(s{k}, ({rows * rest},)), (hi0 - lo0) * {rest})")
     for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"
@@ -323,8 +352,8 @@ def _reshape(x, src, dst, layout="A"):
     if not dst.ndim:
         return f"v{x}[{', '.join('0' * src.ndim)}]"
     if layout == "C":   # already C: a view, and no contiguity overload to compile
-        return f"v{x}.reshape({dst.shape})"
-    return f"al.contiguous(v{x}).reshape({dst.shape})"
+        return f"al.reshape(v{x}, {dst.shape})"
+    return f"al.reshape(al.contiguous(v{x}), {dst.shape})"
 
 
 def _stmt(e, node):
@@ -356,7 +385,7 @@ def _stmt(e, node):
         perm = permutation(node)
         if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
             # A row or a column: its transpose has the same memory order (a C view).
-            e.emit(1, f"v{out.id} = {a[0]}.reshape({out.shape})", node)
+            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {out.shape})", node)
         elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
             # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
             # combination would cost Numba about a second of compile (the loop-heavy
@@ -408,18 +437,22 @@ def generate(graph, name="entry", pack_inputs=False):
     steps, inline = schedule(graph)
     rolls = len(steps) >= ROLL_MIN_STEPS
     outliner = Outliner() if rolls else None
+    # Without rolling, every loop is outlined when there are this many (see below).
+    outline_every = not rolls and sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS
     blocks = []
     for step in steps:
         mark, par = len(e.lines), e.parallel
         e.parallel = False
+        big = False
         if isinstance(step, Loop):
-            _loop(e, step, inline)
+            big = rolls and int(np.prod(step.shape)) >= OUTLINE_BIG
+            _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
         else:
             _stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
         block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop))
-        if rolls and block.is_loop and int(np.prod(step.shape)) >= OUTLINE_BIG:
+        if big:
             # A loop of an unrolled Python loop's step, called from the rolled loop: LLVM
             # vectorises it in a small function of its own, not inside the large entry
             # (W4: 183 -> 136 us per gradient, +0.26 s of compile).
@@ -467,7 +500,7 @@ def generate(graph, name="entry", pack_inputs=False):
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
-    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|total)\(", "\n".join(e.prologue + e.lines + shared)):
+    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',

@@ -72,7 +72,7 @@ def _linalg(e, node):
         return
     nb = int(np.prod(batch))
     for v in ins:
-        e.emit(1, f"v{v.id}_b = al.contiguous(v{v.id}).reshape({(nb,) + tuple(v.shape[-2:])})")
+        e.emit(1, f"v{v.id}_b = al.reshape(al.contiguous(v{v.id}), {(nb,) + tuple(v.shape[-2:])})")
     for n, o in zip(names, outs):
         tail = tuple(o.shape[len(batch):])
         e.emit(1, f"{n}_b = al.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")
@@ -83,7 +83,7 @@ def _linalg(e, node):
     for n, t in zip(names, tmps):
         e.emit(2, f"{n}_b[b] = {t}")
     for n, o in zip(names, outs):
-        e.emit(1, f"{n} = {n}_b.reshape({tuple(o.shape)})")
+        e.emit(1, f"{n} = al.reshape({n}_b, {tuple(o.shape)})")
 
 
 LINALG_KERNELS = {f"linalg_{name}.default": _linalg for name in (

@@ -19,6 +19,13 @@ Contract
   Loops below the threshold stay inline: small graphs read exactly as before.
 - Loop lines start at depth 1 (inside ``entry``), so they keep their
   indentation inside the shared function.
+- Loops written for outlining read their extents from the shapes of the arrays
+  they take (``extent_sources``: ``n<d> = v<id>.shape[j]``) instead of literals,
+  so loops that differ only in shape (an RNN's ``dWx`` and ``dWh`` outer
+  products) have one text and share one function. Keys ignore comments (those
+  name the first caller's shapes). Extents are not passed as integer arguments:
+  Numba would type the call's literals as ``Literal[int]`` and compile one
+  specialisation per value.
 """
 from __future__ import annotations
 
@@ -58,7 +65,10 @@ class Outliner:
         ins = [n for n in used if n not in assigned]
         outs = [n for n in used if n in assigned]
         consts = [f"c{i}" for i in range(len(cmap))]
-        key = ("\n".join(body), tuple(ins), tuple(outs), parallel)
+        # Keyed on the code without its comments: they name the first caller's shapes,
+        # and loops that read their extents from their arguments differ only there.
+        code = [c for c in (ln.split("  # ")[0] for ln in body) if not c.lstrip().startswith("#")]
+        key = ("\n".join(code), tuple(ins), tuple(outs), parallel)
         entry = self._funcs.get(key)
         if entry is None:
             name = f"loop{len(self._funcs)}"
@@ -82,3 +92,20 @@ class Outliner:
 
     def __len__(self):
         return len(self._funcs)
+
+
+def extent_sources(loop, inline):
+    """Per dim of ``loop``'s space: ``(value, axis)`` of an array the loop reads (not one it
+    defines, not an inlined constant) whose ``axis`` spans that dim, or None (a size-1 dim,
+    or one every operand broadcasts along: it stays a literal)."""
+    space, r = loop.shape, len(loop.shape)
+    here = {v for n in loop.nodes for v in n.outputs}
+    src = [None] * r
+    for v in (v for n in loop.nodes for v in n.inputs):
+        if v in here or v in inline:
+            continue
+        for j in range(v.ndim):
+            d = r - v.ndim + j
+            if src[d] is None and space[d] != 1 and v.shape[j] == space[d]:
+                src[d] = (v, j)
+    return src

@@ -20,11 +20,11 @@ def _no_rolling(monkeypatch):
     monkeypatch.setattr(codegen_cpu, "ROLL_MIN_STEPS", 10 ** 9)
 
 
-def _rnn(T, hidden=4, seed=0):
+def _rnn(T, hidden=4, seed=0, inp=3):
     rng = np.random.default_rng(seed)
-    args = [rng.standard_normal((3, hidden)) / 2, rng.standard_normal((hidden, hidden)) / 3,
+    args = [rng.standard_normal((inp, hidden)) / 2, rng.standard_normal((hidden, hidden)) / 3,
             0.1 * rng.standard_normal(hidden), np.zeros((1, hidden))]
-    args += [rng.standard_normal((1, 3)) for _ in range(T)]
+    args += [rng.standard_normal((1, inp)) for _ in range(T)]
 
     def loss(Wx, Wh, b, h, *xs):
         for x in xs:   # a Python loop: unrolled by tracing
@@ -33,8 +33,8 @@ def _rnn(T, hidden=4, seed=0):
     return loss, args
 
 
-def _source(T):
-    loss, args = _rnn(T)
+def _source(T, inp=3):
+    loss, args = _rnn(T, inp=inp)
     f = gj.grad(loss, argnums=(0, 1, 2))
     g, call_args, arg_values = f._trace(args)
     f._trace_body(g, call_args, arg_values)
@@ -47,6 +47,14 @@ def test_distinct_loops_do_not_grow_with_steps():
     assert 0 < n100 <= 10, n100
     assert n30 == n100
     assert src100.count(" = loop") > 2 * 100   # every step calls the shared functions
+
+
+def test_loops_differing_only_in_shape_share_a_function():
+    # input width 3 or 4 (= hidden): the same loops but for the extents, which the shared
+    # functions read from their arguments' shapes, so the same number of functions
+    n3, n4 = _source(30, inp=3).count("\ndef loop"), _source(30, inp=4).count("\ndef loop")
+    assert 0 < n3 == n4, (n3, n4)
+    assert "n0 = v" in _source(30, inp=3)
 
 
 def test_small_graphs_stay_inline():

@@ -307,3 +307,33 @@ def test_big_loops_of_a_rolled_body_are_outlined(monkeypatch):
     want = gj.grad(loss, argnums=(0, 1, 2))(*args)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_outlined_loops_differing_only_in_shape_share_a_function(monkeypatch):
+    # Wx (24, 16) and Wh (16, 16): their gradients' outer-product loops are one text once
+    # the extents are read from the arguments' shapes, so one function serves both.
+    def source(inp):
+        args = _rnn_args(40, hidden=16, inp=inp, seed=4)
+        return _source(rnn_args_loss, args), args
+    same, _ = source(16)
+    diff, args = source(24)
+    assert "# rolled:" in diff and "n0 = v" in diff
+    assert 0 < diff.count("\ndef loop") == same.count("\ndef loop")
+    assert diff.count("\ndef loop") < len(re.findall(r"= loop\d+\(", diff))
+    _check(rnn_args_loss, args, monkeypatch=monkeypatch)
+
+
+def test_views_reshape_through_the_cached_helper():
+    # ndarray.reshape would make Numba compile its (uncached) normalize_reshape_value
+    # subroutine in every process; al.reshape is compiled once per machine
+    src = _source(rnn_args_loss, _rnn_args(40))
+    assert "al.reshape(" in src and ".reshape(" not in src.replace("al.reshape(", "")
+
+
+def test_size_one_dims_get_no_loop(monkeypatch):
+    # the RNN's per-step loops are over (1, hidden): the 1 is an index, not a loop
+    args = _rnn_args(40)
+    src = _source(rnn_args_loss, args)
+    assert "# loop over (1, 5)" in src and "in range(1)" not in src
+    assert re.search(r"\[0, i1\]", src)
+    _check(rnn_args_loss, args, monkeypatch=monkeypatch)
