@@ -5,7 +5,8 @@ Contract
   ``contiguous(a)`` (``np.ascontiguousarray``) and ``reshape(a, shape)``
   (``a.reshape(shape)``, ``a`` contiguous) are NumPy's. Generated modules call
   them (as ``al.empty`` ...) instead of NumPy directly: Numba then compiles
-  those implementations once per machine and signature (``cache=True``)
+  those implementations once per machine and signature (``cache=True``;
+  shapes are written with ``shape_arg``, so a signature is a rank, not a shape)
   instead of inside every generated function, where they cost 0.3-0.4 s of
   each cold compile (``reshape``: Numba's reshape lowering compiles a
   subroutine, ``normalize_reshape_value``, once per process, uncached).
@@ -23,6 +24,15 @@ import numba
 import numpy as np
 
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
+
+
+def shape_arg(dims):
+    """Source text of a shape argument for these helpers: literal sizes as ``np.int64(k)``
+    (names, e.g. ``n0``, as they are). Numba types a constant tuple such as ``(32, 8)``
+    as literals, and compiles (and caches) a helper once per literal type: once per
+    shape. A typed int gives one compile per rank, whatever the sizes."""
+    out = [d if isinstance(d, str) and not d.isdigit() else f"np.int64({d})" for d in dims]
+    return f"({', '.join(out)}{',' if len(out) == 1 else ''})"
 
 
 @jit

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradjit.lowering.alloc_cpu import shape_arg
 from gradjit.lowering.blas_cpu import blas_helper
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
@@ -217,10 +218,6 @@ def _split_sum(n, space):
             and int(np.prod(space)) >= SPLIT_SUM_MIN and n.outputs[0].dtype.kind == "f")
 
 
-def _shape(dims):
-    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
 def _loop(e, loop, inline, generic=False):
     """``generic`` (a loop bound for a shared function): the extents are read from the
     shapes of the arrays it reads (``n<d>``), so loops that differ only in shape share
@@ -258,7 +255,7 @@ def _loop(e, loop, inline, generic=False):
             e.emit(1, f"n{d} = v{s[0].id}.shape[{s[1]}]")
     for v in loop.stores:
         if v.ndim:
-            e.emit(1, f"v{v.id} = al.empty({_shape(ext)}, {_np_dtype(v.dtype)})")
+            e.emit(1, f"v{v.id} = al.empty({shape_arg(ext)}, {_np_dtype(v.dtype)})")
     scalar_red, array_red, split = [], [], []
     size = int(np.prod(space)) if space else 1
     for n in loop.reductions:
@@ -277,7 +274,7 @@ def _loop(e, loop, inline, generic=False):
             array_red.append(n)
             fill = _acc_init(n)
             keep = n.attrs.get("keepdim", False)
-            shp = _shape([("1" if d in dims else ext[d]) for d in range(r) if keep or d not in dims])
+            shp = shape_arg([("1" if d in dims else ext[d]) for d in range(r) if keep or d not in dims])
             e.emit(1, f"v{out.id} = al.full({shp}, {fill}, {_np_dtype(out.dtype)})")
     par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
            and not any(0 in reduced_dims(n) for n in array_red)
@@ -303,7 +300,7 @@ def _loop(e, loop, inline, generic=False):
             e.emit(depth + 1, f"hi0 = min(lo0 + {rows}, {space[d]})")
             for n in split:
                 buf = (rows,) + tuple(space[d + 1:])
-                e.emit(depth + 1, f"s{n.outputs[0].id} = al.empty({buf}, "
+                e.emit(depth + 1, f"s{n.outputs[0].id} = al.empty({shape_arg(buf)}, "
                                   f"{_np_dtype(n.inputs[0].dtype)})")
             depth += 1
             block = depth   # the per-block sums go here, after the block's loops
@@ -336,24 +333,24 @@ def _loop(e, loop, inline, generic=False):
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id
-        e.emit(block, f"r{k} += al.total(al.reshape(s{k}, ({rows * rest},)), (hi0 - lo0) * {rest})")
+        e.emit(block, f"r{k} += al.total(al.reshape(s{k}, {shape_arg([rows * rest])}), (hi0 - lo0) * {rest})")
     for n in scalar_red + split:
         out = n.outputs[0]
         val = f"{_np_dtype(out.dtype)}(r{out.id})"
         if out.ndim:  # keepdim over every dim
-            e.emit(1, f"v{out.id} = al.full({out.shape}, {val}, {_np_dtype(out.dtype)})", n)
+            e.emit(1, f"v{out.id} = al.full({shape_arg(out.shape)}, {val}, {_np_dtype(out.dtype)})", n)
         else:
             e.emit(1, f"v{out.id} = {val}", n)
 
 
 def _reshape(x, src, dst, layout="A"):
     if not src.ndim:
-        return f"al.full({dst.shape}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
+        return f"al.full({shape_arg(dst.shape)}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
     if not dst.ndim:
         return f"v{x}[{', '.join('0' * src.ndim)}]"
     if layout == "C":   # already C: a view, and no contiguity overload to compile
-        return f"al.reshape(v{x}, {dst.shape})"
-    return f"al.reshape(al.contiguous(v{x}), {dst.shape})"
+        return f"al.reshape(v{x}, {shape_arg(dst.shape)})"
+    return f"al.reshape(al.contiguous(v{x}), {shape_arg(dst.shape)})"
 
 
 def _stmt(e, node):
@@ -377,7 +374,7 @@ def _stmt(e, node):
             if x != y:
                 e.emit(1, f"{x}c = {y}")
                 a[i] = f"{x}c"
-        e.emit(1, f"v{out.id} = al.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+        e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})", node)
         e.emit(1, f"for b in range({out.shape[0]}):")
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
         e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
@@ -385,7 +382,7 @@ def _stmt(e, node):
         perm = permutation(node)
         if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
             # A row or a column: its transpose has the same memory order (a C view).
-            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {out.shape})", node)
+            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {shape_arg(out.shape)})", node)
         elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
             # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
             # combination would cost Numba about a second of compile (the loop-heavy

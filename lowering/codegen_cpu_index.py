@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradjit.lowering.alloc_cpu import shape_arg
+
 
 def _dt(dt):
     return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
@@ -50,7 +52,7 @@ def _slice(e, node):
 
 def _slice_backward(e, node):
     (g,), out, a = node.inputs, node.outputs[0], node.attrs
-    e.emit(1, f"v{out.id} = al.zeros({out.shape}, {_dt(out.dtype)})", node)
+    e.emit(1, f"v{out.id} = al.zeros({shape_arg(out.shape)}, {_dt(out.dtype)})", node)
     if g.size:
         sl = _sl_text(out.ndim, a["dim"], a["start"], a["end"], a["step"])
         e.emit(1, f"v{out.id}[{sl}] = v{g.id}")
@@ -63,7 +65,7 @@ def _wrapped(e, depth, index_expr, n, k):
 
 def _index_select(e, node):
     (x, index), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
-    e.emit(1, f"v{out.id} = al.empty({out.shape}, {_dt(out.dtype)})", node)
+    e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_dt(out.dtype)})", node)
     depth = _loops(e, out.shape, 1, [dim])
     k = f"k{out.id}"
     _wrapped(e, depth, f"v{index.id}[i{dim}]", x.shape[dim], k)
@@ -88,7 +90,7 @@ def _index_add(e, node):
 
 def _gather(e, node):
     (x, index), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
-    e.emit(1, f"v{out.id} = al.empty({out.shape}, {_dt(out.dtype)})", node)
+    e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_dt(out.dtype)})", node)
     here = [f"i{d}" for d in range(out.ndim)]
     depth = _loops(e, out.shape)
     k = f"k{out.id}"
@@ -126,8 +128,8 @@ def _minmax(cmp):
         dim, keep = node.attrs["dim"], node.attrs["keepdim"]
         scalar = vals.ndim == 0
         if not scalar:
-            e.emit(1, f"v{vals.id} = al.empty({vals.shape}, {_dt(vals.dtype)})", node)
-            e.emit(1, f"v{inds.id} = al.empty({inds.shape}, np.int64)")
+            e.emit(1, f"v{vals.id} = al.empty({shape_arg(vals.shape)}, {_dt(vals.dtype)})", node)
+            e.emit(1, f"v{inds.id} = al.empty({shape_arg(inds.shape)}, np.int64)")
         kept = [d for d in range(x.ndim) if d != dim]
         best, bi, xv, j = (f"{n}{vals.id}" for n in ("best", "bi", "xv", "j"))
         depth = _loops(e, x.shape, 1, kept)

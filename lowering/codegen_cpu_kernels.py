@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradjit.lowering.alloc_cpu import shape_arg
+
 from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS, scalar_value_index
 from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
 
@@ -33,7 +35,7 @@ def _cumsum(e, node):
         e.emit(1, f"v{out.id} = v{x.id}", node)
         return
     dim = node.attrs["dim"]
-    e.emit(1, f"v{out.id} = al.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+    e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})", node)
     depth = 1
     for d in range(out.ndim):
         if d != dim:
@@ -63,7 +65,7 @@ def _scan(init, combine):
         if out.ndim == 0:
             e.emit(1, f"v{out.id} = v{x.id}", node)
             return
-        e.emit(1, f"v{out.id} = al.empty({out.shape}, {_np_dtype(out.dtype)})", node)
+        e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})", node)
         depth, idx = _scan_loops(e, node, out)
         e.emit(depth, f"acc = {init(out.dtype)}")
         e.emit(depth, f"for i{node.attrs['dim']} in range({out.shape[node.attrs['dim']]}):")
@@ -78,8 +80,8 @@ def _cumext(cmp):
         if scalar_value_index(e, node):
             return
         dim = node.attrs["dim"]
-        e.emit(1, f"v{vals.id} = al.empty({vals.shape}, {_np_dtype(vals.dtype)})", node)
-        e.emit(1, f"v{inds.id} = al.empty({inds.shape}, np.int64)")
+        e.emit(1, f"v{vals.id} = al.empty({shape_arg(vals.shape)}, {_np_dtype(vals.dtype)})", node)
+        e.emit(1, f"v{inds.id} = al.empty({shape_arg(inds.shape)}, np.int64)")
         depth, idx = _scan_loops(e, node, vals)
         first = ", ".join("0" if d == dim else f"i{d}" for d in range(x.ndim))
         e.emit(depth, f"best = v{x.id}[{first}]")
@@ -101,8 +103,8 @@ def _sort(e, node):
         e.emit(1, f"v{inds.id} = np.int64(0)")
         return
     dim, desc = node.attrs["dim"], node.attrs["descending"]
-    e.emit(1, f"v{vals.id} = al.empty({vals.shape}, {_np_dtype(vals.dtype)})", node)
-    e.emit(1, f"v{inds.id} = al.empty({inds.shape}, np.int64)")
+    e.emit(1, f"v{vals.id} = al.empty({shape_arg(vals.shape)}, {_np_dtype(vals.dtype)})", node)
+    e.emit(1, f"v{inds.id} = al.empty({shape_arg(inds.shape)}, np.int64)")
     depth, idx = _scan_loops(e, node, vals)
     row = ", ".join(":" if d == dim else f"i{d}" for d in range(x.ndim))
     key = "row" if x.dtype.kind not in "bu" else "row.astype(np.int64)"

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradjit.lowering.alloc_cpu import shape_arg
+
 
 def _np_dtype(dt):
     return f"np.{np.dtype(dt).name}"
@@ -60,7 +62,7 @@ def _linalg(e, node):
     names = [f"v{o.id}" for o in outs]
     if all(0 in o.shape for o in outs):   # nothing to compute; Numba's LAPACK rejects empties
         for n, o in zip(names, outs):
-            e.emit(1, f"{n} = al.empty({tuple(o.shape)}, {_np_dtype(o.dtype)})", node)
+            e.emit(1, f"{n} = al.empty({shape_arg(o.shape)}, {_np_dtype(o.dtype)})", node)
         return
     if not batch:
         args = [f"al.contiguous(v{v.id})" for v in ins]
@@ -72,10 +74,10 @@ def _linalg(e, node):
         return
     nb = int(np.prod(batch))
     for v in ins:
-        e.emit(1, f"v{v.id}_b = al.reshape(al.contiguous(v{v.id}), {(nb,) + tuple(v.shape[-2:])})")
+        e.emit(1, f"v{v.id}_b = al.reshape(al.contiguous(v{v.id}), {shape_arg((nb,) + tuple(v.shape[-2:]))})")
     for n, o in zip(names, outs):
         tail = tuple(o.shape[len(batch):])
-        e.emit(1, f"{n}_b = al.empty({(nb,) + tail}, {_np_dtype(o.dtype)})")
+        e.emit(1, f"{n}_b = al.empty({shape_arg((nb,) + tail)}, {_np_dtype(o.dtype)})")
     e.emit(1, f"for b in range({nb}):", node)
     args = [f"v{v.id}_b[b]" for v in ins]
     tmps = [f"{n}_t" for n in names]
@@ -83,7 +85,7 @@ def _linalg(e, node):
     for n, t in zip(names, tmps):
         e.emit(2, f"{n}_b[b] = {t}")
     for n, o in zip(names, outs):
-        e.emit(1, f"{n} = al.reshape({n}_b, {tuple(o.shape)})")
+        e.emit(1, f"{n} = al.reshape({n}_b, {shape_arg(o.shape)})")
 
 
 LINALG_KERNELS = {f"linalg_{name}.default": _linalg for name in (

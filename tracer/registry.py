@@ -72,9 +72,20 @@ def user_site(skip=1):
         if mine is None:
             mine = ours[fn] = fn.startswith(_OURS) or fn.startswith("<frozen")
         if not mine:
-            return Site(fn, f.f_lineno)
+            key = (fn, f.f_lineno)
+            site = _SITES.get(key)
+            if site is None:
+                if len(_SITES) >= 65536:
+                    _SITES.clear()
+                site = _SITES[key] = Site(fn, key[1])
+            return site
         f = f.f_back
     return None
+
+
+# One Site per line (Sites are never changed, ``for_op`` makes a new one): a recorded op
+# of tensor mode then holds a shared object, not a new one the garbage collector tracks.
+_SITES = {}
 
 
 class GradjitError(Exception):

@@ -130,7 +130,7 @@ def test_fused_chain_is_one_loop_nest_without_temporaries():
     assert headers[0].startswith("for i0 ") and headers[1].startswith("for i1 ")
     assert src.count("al.empty(") == 1, src  # only the output is an array
     (out,) = g.outputs
-    assert f"v{out.id} = al.empty((8, 16)" in src
+    assert f"v{out.id} = al.empty((np.int64(8), np.int64(16))" in src
     for n in g.nodes:
         v = n.outputs[0]
         if v is not out:

@@ -337,3 +337,19 @@ def test_size_one_dims_get_no_loop(monkeypatch):
     assert "# loop over (1, 5)" in src and "in range(1)" not in src
     assert re.search(r"\[0, i1\]", src)
     _check(rnn_args_loss, args, monkeypatch=monkeypatch)
+
+
+def test_helpers_compile_once_per_rank_not_per_shape(monkeypatch):
+    # Numba types a constant tuple such as (1, 5) as literals and would compile (and cache)
+    # al.empty once per shape; shapes are written as np.int64(k), one compile per rank
+    src = _source(rnn_args_loss, _rnn_args(40))
+    lines = [ln.split("  #")[0] for ln in src.splitlines()
+             if re.search(r"al\.(empty|full|zeros|reshape)\(", ln)]
+    assert lines and all("np.int64(" in ln or "(n0" in ln for ln in lines)
+    assert not any(re.search(r"\(\d+,", re.sub(r"np\.int64\(\d+\)", "k", ln)) for ln in lines)
+    from gradjit.lowering import alloc_cpu as al
+    for hidden in (5, 7):
+        _check(rnn_args_loss, _rnn_args(12, hidden=hidden), monkeypatch=monkeypatch)
+    shapes = [s[0] for f in (al.empty, al.full) for s in f.signatures] + [
+        s[1] for s in al.reshape.signatures]
+    assert shapes and not any("Literal" in str(s) for s in shapes)

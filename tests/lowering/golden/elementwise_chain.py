@@ -18,7 +18,7 @@ def entry(v0, v1, consts):
     c0 = np.float64(consts[0])
     c1 = np.float64(consts[1])
     # loop over (8, 16): %2, %3, %4, %5, %6
-    v6 = al.empty((8, 16), np.float64)
+    v6 = al.empty((np.int64(8), np.int64(16)), np.float64)
     for i0 in range(8):
         for i1 in range(16):
             t2 = v0[i0, i1] * v1[i1]  # %2:float64[8,16] = mul.Tensor(%0, %1)

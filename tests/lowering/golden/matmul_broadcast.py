@@ -17,7 +17,7 @@ def entry(v0, v1, v2, consts):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')
     v3 = bl.mm(v0, v1)  # %3:float64[4,3] = mm.default(%0, %1)
     # loop over (4, 3): %4, %5
-    v5 = al.empty((4, 3), np.float64)
+    v5 = al.empty((np.int64(4), np.int64(3)), np.float64)
     for i0 in range(4):
         for i1 in range(3):
             t4 = v3[i0, i1] + v2[i1]  # %4:float64[4,3] = add.Tensor(%3, %2, alpha=<const>)

@@ -14,7 +14,7 @@ def entry(v0, v1, consts):
     if v0.shape != (8, 16) or v1.shape != (8, 16):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')
     # loop over (8, 16): %2, %3, %4
-    v4 = al.full((8,), 0.0, np.float64)
+    v4 = al.full((np.int64(8),), 0.0, np.float64)
     for i0 in range(8):
         for i1 in range(16):
             t2 = v0[i0, i1] - v1[i0, i1]  # %2:float64[8,16] = sub.Tensor(%0, %1, alpha=<const>)
