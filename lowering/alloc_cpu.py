@@ -26,6 +26,11 @@ import numpy as np
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 
 
+def dtype_arg(dt):
+    """Source text of a dtype argument (``np.float64`` ...) in generated code."""
+    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
+
+
 def shape_arg(dims):
     """Source text of a shape argument for these helpers: literal sizes as ``np.int64(k)``
     (names, e.g. ``n0``, as they are). Numba types a constant tuple such as ``(32, 8)``

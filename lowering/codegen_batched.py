@@ -10,7 +10,7 @@ and ``jacfwd``.
 """
 from __future__ import annotations
 
-from gradjit.lowering.codegen_cpu import _np_dtype
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 
 
 def batched_source(graph, gen_source, batched):

@@ -24,6 +24,9 @@ Contract
   before rolling: LLVM vectorises them better in a function of their own.
   Outlined loops read their extents from their arguments' shapes (``n<d> =
   v<id>.shape[j]``), so loops that differ only in shape share one function.
+- Matrix products and shape ops are statements (``codegen_cpu_stmt.py``);
+  generated code spells shapes and dtypes with ``alloc_cpu.shape_arg`` /
+  ``dtype_arg``.
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
@@ -36,13 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradjit.lowering.alloc_cpu import shape_arg
-from gradjit.lowering.blas_cpu import blas_helper
-from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
-from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
+from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
+from gradjit.lowering.schedule import Loop, reduced_dims, schedule
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
@@ -51,7 +53,6 @@ SPLIT_SUM_MIN = 1 << 15   # elements: a full sum in a loop this large is stored,
 SPLIT_BLOCK = 1 << 12     # elements per block of such a stored sum (32 KiB in float64)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
-SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
 
 
 class SignatureMismatch(TypeError):
@@ -69,10 +70,6 @@ class Generated:
     consts: np.ndarray
     parallel: bool
     packs: tuple = ()   # (input positions, ...) per pack argument, after the loose inputs
-
-
-def _np_dtype(dt):
-    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
 
 
 def _lit(x, dt):
@@ -343,70 +340,6 @@ def _loop(e, loop, inline, generic=False):
             e.emit(1, f"v{out.id} = {val}", n)
 
 
-def _reshape(x, src, dst, layout="A"):
-    if not src.ndim:
-        return f"al.full({shape_arg(dst.shape)}, v{x}, {_np_dtype(dst.dtype)})" if dst.ndim else f"v{x}"
-    if not dst.ndim:
-        return f"v{x}[{', '.join('0' * src.ndim)}]"
-    if layout == "C":   # already C: a view, and no contiguity overload to compile
-        return f"al.reshape(v{x}, {shape_arg(dst.shape)})"
-    return f"al.reshape(al.contiguous(v{x}), {shape_arg(dst.shape)})"
-
-
-def _stmt(e, node):
-    """Matmul and shape statements. ``e.layout`` tracks which arrays are C, F or
-    strided ('A'): np.dot on 'A' arrays costs seconds of Numba compile, so 2-D
-    transposes are ``.T`` views (F) and strided operands are made contiguous."""
-    op, ins, out = node.op, node.inputs, node.outputs[0]
-    lay = e.layout
-    a = [f"v{v.id}" for v in ins]
-    layout = "C"
-    if op == "mm.default":
-        args = [f"al.contiguous({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
-        e.imports.add("from gradjit.lowering import blas_cpu as bl")
-        m, k = ins[0].shape
-        n = ins[1].shape[1]
-        fn = blas_helper(m, k, n)
-        e.emit(1, f"v{out.id} = bl.{fn}({args[0]}, {args[1]})", node)
-    elif op == "bmm.default":
-        args = [f"al.contiguous({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
-        for i, (x, y) in enumerate(zip(a, args)):
-            if x != y:
-                e.emit(1, f"{x}c = {y}")
-                a[i] = f"{x}c"
-        e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})", node)
-        e.emit(1, f"for b in range({out.shape[0]}):")
-        e.imports.add("from gradjit.lowering import blas_cpu as bl")
-        e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
-    elif op in ("permute.default", "transpose.int", "t.default"):
-        perm = permutation(node)
-        if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
-            # A row or a column: its transpose has the same memory order (a C view).
-            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {shape_arg(out.shape)})", node)
-        elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
-            # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
-            # combination would cost Numba about a second of compile (the loop-heavy
-            # graphs, e.g. an unrolled RNN, are all small matmuls).
-            e.emit(1, f"v{out.id} = al.contiguous({a[0]}.T)", node)
-        elif ins[0].ndim == 2:
-            e.emit(1, f"v{out.id} = {a[0]}.T", node)
-            layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
-        else:
-            e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
-            layout = "A"
-    elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
-        e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out, lay.get(ins[0], 'C'))}", node)
-    elif kernel_stmt(e, node):
-        layout = lay.get(out, "C")   # a kernel that emits a view (slice) records its layout
-    else:
-        raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
-    lay[out] = layout
-
-
-_VIEW_OPS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
-             "permute.default", "transpose.int", "t.default", "slice.Tensor"}
-
-
 _STAMPS = {}
 
 
@@ -446,7 +379,7 @@ def generate(graph, name="entry", pack_inputs=False):
             _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
         else:
-            _stmt(e, step.node)
+            stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
         block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop))
         if big:
@@ -482,7 +415,7 @@ def generate(graph, name="entry", pack_inputs=False):
     # of inputs (reshape/transpose/slice statements return views) when returned.
     aliases = set(graph.inputs)
     for node in graph.nodes:
-        if node.op in _VIEW_OPS and node.inputs[0] in aliases:
+        if node.op in VIEW_OPS and node.inputs[0] in aliases:
             aliases.update(node.outputs)
     rets = [f"v{v.id}.copy()" if v in aliases and v.ndim else f"v{v.id}" for v in graph.outputs]
     packed = {n: (name, k) for name, ids in packs for k, n in enumerate(ids)}

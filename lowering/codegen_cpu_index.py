@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.alloc_cpu import shape_arg
-
-
-def _dt(dt):
-    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
+from gradjit.lowering.alloc_cpu import dtype_arg as _dt, shape_arg
 
 
 def _sl_text(ndim, dim, start, end, step):

@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.alloc_cpu import shape_arg
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 
 from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS, scalar_value_index
 from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
-
-
-def _np_dtype(dt):
-    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
 
 
 def _cumsum(e, node):

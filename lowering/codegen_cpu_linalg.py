@@ -19,11 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.alloc_cpu import shape_arg
-
-
-def _np_dtype(dt):
-    return f"np.{np.dtype(dt).name}"
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 
 
 def _tri(a, n, at, dt):

@@ -37,7 +37,8 @@ import re
 
 import numpy as np
 
-from gradjit.lowering.codegen_cpu import (Generated, _describe, _expr, _index, _lit, _np_dtype,
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
+from gradjit.lowering.codegen_cpu import (Generated, _describe, _expr, _index, _lit,
                                           acc_update, helper_stamps)
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 

@@ -11,7 +11,7 @@ Contract
   ``reduction`` ops a loop accumulator (``schedule.REDUCTIONS``), ``kernel``
   ops an emitter (``codegen_cpu_kernels.KERNELS``), ``composite`` ops a
   decomposition (``passes.DECOMPOSITIONS``), ``matmul`` / ``shape`` ops a
-  statement in ``codegen_cpu._stmt``. The check runs the emitter on a
+  statement in ``codegen_cpu_stmt.stmt``. The check runs the emitter on a
   throw-away node built from the schema; nothing is compiled.
 - The tests' ``CASES`` keys are read with ``ast`` (the test module is never
   imported). ``report() -> str`` is the table plus totals; ``main()`` prints it.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
-from gradjit.lowering import codegen_cpu, formulas
+from gradjit.lowering import codegen_cpu, codegen_cpu_stmt, formulas
 from gradjit.lowering.codegen_cpu_kernels import KERNELS
 from gradjit.lowering.passes import DECOMPOSITIONS
 from gradjit.lowering.schedule import REDUCTIONS
@@ -97,7 +97,7 @@ def cpu_supported(op):
     e = codegen_cpu._Emitter(Graph("coverage"))
     if kind == "elementwise":
         return _emits(lambda: codegen_cpu._expr(node, ["a", "b", "c"][:len(node.inputs)], e))
-    return _emits(lambda: codegen_cpu._stmt(e, node))
+    return _emits(lambda: codegen_cpu_stmt.stmt(e, node))
 
 
 def cuda_supported(op):

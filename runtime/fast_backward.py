@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from gradjit.lowering.codegen_cpu import _VIEW_OPS
+from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import tape
 from gradjit.tracer.deferred import compute_pending
@@ -84,7 +84,7 @@ def _direct(exe, feeds):
     what the compiled code takes (0-d: a scalar), so a hit calls the compiled function
     without ``Executable.__call__``'s per-argument pass; None when a leaf is 0-d (the
     general call makes it a scalar)."""
-    if not isinstance(exe, Executable) or type(exe) is not Executable:
+    if type(exe) is not Executable:   # (a packed or interpreted plan: the general call)
         return None
     spec = []
     for (kind, v), scalar in zip(feeds, exe.scalar_in):
@@ -104,7 +104,7 @@ def _shared(exe, outs):
     view, may share; the interpreter copies every result."""
     if not isinstance(exe, Executable):
         return [False] * len(outs)
-    return [outs.count(v) > 1 or (v.node is not None and v.node.op in _VIEW_OPS) for v in outs]
+    return [outs.count(v) > 1 or (v.node is not None and v.node.op in VIEW_OPS) for v in outs]
 
 
 def fast_backward(root):

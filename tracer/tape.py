@@ -98,54 +98,30 @@ class Tape:
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
-        if self.broken:
+        n = self._room()
+        if n is None:
             return False
-        n = len(self.parts)
-        if n >= self.trim_at:
-            n = self.trim()
-        if n >= LIMIT:
-            return self.clear()
         refs = []
-        fed, gen = self.fed, self.gen
-        for e, version in zip(fn.edges, fn.in_versions):
-            if type(e) is tuple:
-                src = e[0]
-                if src._tgen != gen:
-                    return self.clear()
-                p = src._tpos
-                if not fed[p]:
-                    fed[p] = True
-                    self.open -= 1
-                refs.append((p, e[1]))
+        for e in fn.edges:
+            if type(e) is not tuple:
+                refs.append(None)
+            elif e[0]._tgen != self.gen:
+                return self.clear()
             else:
-                slot = self.slots.get(id(e))
-                if slot is None:
-                    slot = self.slots[id(e)] = len(self.leaves)
-                    self.leaves.append(weakref.ref(e))
-                if version is not None:
-                    self.uses.append((slot, version, n))
-                refs.append(slot)
-        self.parts.append((fn._key or fn_key(fn), tuple(refs)))
-        self.fns.append(weakref.ref(fn))
-        fed.append(False)
-        self.open += 1
-        fn._tgen, fn._tpos = gen, n
+                refs.append((e[0]._tpos, e[1]))
+        self._enter(fn, fn._key or fn_key(fn), fn.edges, fn.in_versions, refs, n)
         return True
 
     def push(self, op, attrs, inputs, out_types, piece):
         """Record a deferred node (tracer/deferred.py) of ``op`` on the Tensors ``inputs``:
-        its ``GradFn`` and its entry are built in one pass over the inputs (the hot path
-        of a tensor-mode step; ``add`` is the general way). Returns the GradFn (its
-        ``site``, ``versions`` and ``_out`` are the caller's to set), or None when there is
-        nothing to defer: no input requires grad, an input is an inference tensor, or the
-        tape is (or, meeting an input it cannot describe, gets) broken."""
-        if self.broken:
-            return None
-        n = len(self.parts)
-        if n >= self.trim_at:
-            n = self.trim()
-        if n >= LIMIT:
-            self.clear()
+        its ``GradFn`` is built from the same pass over the inputs that wires its entry
+        (the hot path of a tensor-mode step; ``add`` takes a node already built). Returns
+        the GradFn (its ``site``, ``versions`` and ``_out`` are the caller's to set), or
+        None when there is nothing to defer: no input requires grad, an input is an
+        inference tensor, or the tape is (or, meeting an input it cannot describe, gets)
+        broken."""
+        n = self._room()
+        if n is None:
             return None
         edges, in_versions, refs = [], [], []
         record, gen = False, self.gen
@@ -157,7 +133,7 @@ class Tape:
                 record = record or t._requires_grad
                 edges.append(t)
                 in_versions.append(t._box[0])
-                refs.append(None)   # a leaf slot, given below once recording is sure
+                refs.append(None)
             elif src._tgen != gen:
                 self.clear()
                 return None
@@ -168,6 +144,26 @@ class Tape:
                 refs.append((src._tpos, t._index))
         if not record:
             return None
+        fn = GradFn.pending(op, attrs, edges, in_versions, out_types, None, piece)
+        self._enter(fn, piece, edges, in_versions, refs, n)
+        return fn
+
+    def _room(self):
+        """The next entry's position; None when the tape is broken or, even trimmed, full
+        (it then breaks)."""
+        if self.broken:
+            return None
+        n = len(self.parts)
+        if n >= self.trim_at:
+            n = self.trim()
+        if n >= LIMIT:
+            self.clear()
+            return None
+        return n
+
+    def _enter(self, fn, piece, edges, in_versions, refs, n):
+        """Append ``fn`` as entry ``n``. ``refs[i]``: (position, output index) for an input
+        made on this tape, None for a leaf or constant (its slot is found here)."""
         fed = self.fed
         for i, r in enumerate(refs):
             if r is None:
@@ -176,18 +172,17 @@ class Tape:
                 if slot is None:
                     slot = self.slots[id(e)] = len(self.leaves)
                     self.leaves.append(weakref.ref(e))
-                self.uses.append((slot, in_versions[i], n))
+                if in_versions[i] is not None:
+                    self.uses.append((slot, in_versions[i], n))
                 refs[i] = slot
             elif not fed[r[0]]:
                 fed[r[0]] = True
                 self.open -= 1
-        fn = GradFn.pending(op, attrs, edges, in_versions, out_types, None, piece)
         self.parts.append((piece, tuple(refs)))
         self.fns.append(weakref.ref(fn))
         fed.append(False)
         self.open += 1
-        fn._tgen, fn._tpos = gen, n
-        return fn
+        fn._tgen, fn._tpos = self.gen, n
 
     def trim(self):
         """Drop the entries whose node is dead (a live node holds its inputs, so no live

@@ -1,0 +1,86 @@
+"""CPU code generator, statements: matrix products and shape ops (``codegen_cpu.py``'s
+non-loop nodes), the rest through ``codegen_cpu_kernels.kernel_stmt``.
+
+Contract
+- ``stmt(e, node)`` emits the statement of ``node`` into the emitter ``e`` and
+  records its result's memory order in ``e.layout`` ('C', 'F' or 'A' strided);
+  a node no statement covers raises NotImplementedError naming the op.
+- ``VIEW_OPS``: the ops whose statement may return a view of their input
+  (the runtime copies such results before handing them out).
+- 2-D transposes up to ``SMALL_TRANSPOSE`` elements are copied to C order:
+  ``np.dot`` on each other layout combination costs Numba about a second of
+  compile, and the loop-heavy graphs (an unrolled RNN) are all small matmuls.
+"""
+from __future__ import annotations
+
+from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
+from gradjit.lowering.blas_cpu import blas_helper
+from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
+from gradjit.lowering.schedule import permutation
+
+SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
+
+
+def _reshape(x, src, dst, layout="A"):
+    """Source of a view / squeeze / unsqueeze of ``v<x>`` (``src``) as ``dst``."""
+    if not src.ndim:
+        return f"al.full({shape_arg(dst.shape)}, v{x}, {dtype_arg(dst.dtype)})" if dst.ndim else f"v{x}"
+    if not dst.ndim:
+        return f"v{x}[{', '.join('0' * src.ndim)}]"
+    if layout == "C":   # already C: a view, and no contiguity overload to compile
+        return f"al.reshape(v{x}, {shape_arg(dst.shape)})"
+    return f"al.reshape(al.contiguous(v{x}), {shape_arg(dst.shape)})"
+
+
+def stmt(e, node):
+    """Matmul and shape statements. ``e.layout`` tracks which arrays are C, F or
+    strided ('A'): np.dot on 'A' arrays costs seconds of Numba compile, so 2-D
+    transposes are ``.T`` views (F) and strided operands are made contiguous."""
+    op, ins, out = node.op, node.inputs, node.outputs[0]
+    lay = e.layout
+    a = [f"v{v.id}" for v in ins]
+    layout = "C"
+    if op == "mm.default":
+        args = [f"al.contiguous({x})" if lay.get(v, "C") == "A" else x for x, v in zip(a, ins)]
+        e.imports.add("from gradjit.lowering import blas_cpu as bl")
+        m, k = ins[0].shape
+        n = ins[1].shape[1]
+        fn = blas_helper(m, k, n)
+        e.emit(1, f"v{out.id} = bl.{fn}({args[0]}, {args[1]})", node)
+    elif op == "bmm.default":
+        args = [f"al.contiguous({x})" if lay.get(v, "C") != "C" else x for x, v in zip(a, ins)]
+        for i, (x, y) in enumerate(zip(a, args)):
+            if x != y:
+                e.emit(1, f"{x}c = {y}")
+                a[i] = f"{x}c"
+        e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {dtype_arg(out.dtype)})", node)
+        e.emit(1, f"for b in range({out.shape[0]}):")
+        e.imports.add("from gradjit.lowering import blas_cpu as bl")
+        e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
+    elif op in ("permute.default", "transpose.int", "t.default"):
+        perm = permutation(node)
+        if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
+            # A row or a column: its transpose has the same memory order (a C view).
+            e.emit(1, f"v{out.id} = al.reshape({a[0]}, {shape_arg(out.shape)})", node)
+        elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
+            # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
+            # combination would cost Numba about a second of compile (the loop-heavy
+            # graphs, e.g. an unrolled RNN, are all small matmuls).
+            e.emit(1, f"v{out.id} = al.contiguous({a[0]}.T)", node)
+        elif ins[0].ndim == 2:
+            e.emit(1, f"v{out.id} = {a[0]}.T", node)
+            layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
+        else:
+            e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
+            layout = "A"
+    elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
+        e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out, lay.get(ins[0], 'C'))}", node)
+    elif kernel_stmt(e, node):
+        layout = lay.get(out, "C")   # a kernel that emits a view (slice) records its layout
+    else:
+        raise NotImplementedError(f"CPU code generator: no statement for op '{op}'")
+    lay[out] = layout
+
+
+VIEW_OPS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
+             "permute.default", "transpose.int", "t.default", "slice.Tensor"}
