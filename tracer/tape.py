@@ -35,7 +35,7 @@ from gradjit.tracer.gradfn import GradFn
 from gradjit.tracer.ir import _key_attr
 
 LIMIT = 200_000
-TRIM_MIN = 4096   # entries before the first look for a dead prefix (``Tape.trim``)
+TRIM_MIN = 4096   # entries before the first look for dead ones (``Tape.trim``)
 _gens = itertools.count(1)   # generation numbers, unique across threads
 _local = threading.local()
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
