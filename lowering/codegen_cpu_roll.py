@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gradjit.lowering.alloc_cpu import shape_arg
+from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 
 MIN_REPS = 4
 MAX_PERIOD = 64
@@ -312,7 +312,7 @@ class _Roller:
                 if j in exports:
                     v = self.values[n0]
                     s = exports[j]
-                    pre.append(f"    {s} = al.empty({shape_arg((T,) + tuple(v.shape))}, np.{v.dtype.name})")
+                    pre.append(f"    {s} = al.empty({shape_arg((T,) + tuple(v.shape))}, {dtype_arg(v.dtype)})")
                     if _allocated_once(template, n0):
                         direct[n0] = f"{s}[{k}]"    # computed in place, in its stack slot
                     else:

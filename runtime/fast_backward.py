@@ -31,7 +31,8 @@ from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.tensor import plain_tensor
 
-_FAST = {}   # key -> (Executable, feeds, ((target slot, shared), ...), out shape, out dtype)
+_FAST = {}   # key -> (Executable, feeds, direct arguments or None,
+#             ((target slot, shared, 0-d dtype or None), ...), out shape, out dtype)
 
 try:   # the environment switches, read without os.environ.get's per-call encoding (0.6 us)
     _RAW = os.environ._data
