@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, hoist_shapes, shape_arg
 from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
@@ -429,6 +429,8 @@ def generate(graph, name="entry", pack_inputs=False):
         e.prologue[:0] = [f"    if {' or '.join(guards)}:",
                           f"        raise SignatureMismatch({_GUARD_MSG!r})"]
         e.imports.add("from gradjit.lowering.codegen_cpu import SignatureMismatch")
+    decls, e.lines = hoist_shapes(e.lines)
+    e.prologue += decls
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
     if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")

@@ -20,7 +20,7 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
-from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph
+from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -130,7 +130,8 @@ class _Transformed:
         except TypeError:
             raise TypeError(f"{self.__name__}: static arguments must be hashable") from None
         if entry is None:
-            entry = self._compiled[sig] = self._build(args)
+            with gc_paused():   # tracing, lowering and the compile: see compiler.gc_paused
+                entry = self._compiled[sig] = self._build(args)
         self._hot = self._make_hot(entry)
         exe, consts, tree = entry
         if self.device == "cuda":

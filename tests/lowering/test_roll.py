@@ -345,11 +345,29 @@ def test_helpers_compile_once_per_rank_not_per_shape(monkeypatch):
     src = _source(rnn_args_loss, _rnn_args(40))
     lines = [ln.split("  #")[0] for ln in src.splitlines()
              if re.search(r"al\.(empty|full|zeros|reshape)\(", ln)]
-    assert lines and all("np.int64(" in ln or "(n0" in ln for ln in lines)
+    assert lines and all(re.search(r"np\.int64\(|\(n0|\bshp\d+\b", ln) for ln in lines)
     assert not any(re.search(r"\(\d+,", re.sub(r"np\.int64\(\d+\)", "k", ln)) for ln in lines)
+    # ... and a literal shape the entry spells more than once is one local (hoist_shapes)
+    decls = re.findall(r"^    (shp\d+) = (\(np\.int64\(\d+\).*\))$", src, re.M)
+    entry = src[src.index("def entry"):]
+    assert decls and all(entry.count(t) == 1 and len(re.findall(rf"\b{n}\b", entry)) > 2
+                         for n, t in decls)
     from gradjit.lowering import alloc_cpu as al
     for hidden in (5, 7):
         _check(rnn_args_loss, _rnn_args(12, hidden=hidden), monkeypatch=monkeypatch)
     shapes = [s[0] for f in (al.empty, al.full) for s in f.signatures] + [
         s[1] for s in al.reshape.signatures]
     assert shapes and not any("Literal" in str(s) for s in shapes)
+
+
+def test_hoist_shapes_names_repeated_literal_shapes_only():
+    from gradjit.lowering.alloc_cpu import hoist_shapes, shape_arg
+    a, b = shape_arg((1, 32)), shape_arg((32,))
+    lines = [f"    x = al.empty({a}, np.float64)  # {a} in a comment stays",
+             f"    y = al.full({a}, 0.0, np.float64)",
+             f"    z = al.reshape(x, {b})", "    w = al.reshape(y, (n0, np.int64(2)))"]
+    decls, out = hoist_shapes(lines)
+    assert decls == [f"    shp0 = {a}"]
+    assert out == [f"    x = al.empty(shp0, np.float64)  # {a} in a comment stays",
+                   "    y = al.full(shp0, 0.0, np.float64)", lines[2], lines[3]]
+    assert hoist_shapes(lines[2:]) == ([], lines[2:])

@@ -146,3 +146,39 @@ def test_results_never_alias_the_callers_arrays():
         out = gj.jit(f)(x)
         out[...] = -1.0
         np.testing.assert_array_equal(x, np.arange(6.0))
+
+
+def test_compiles_pause_the_collector_and_restore_the_callers_setting(rng):
+    # The collector is off while a graph is traced and compiled (compiler.gc_paused), and
+    # afterwards as the caller had it: on, off, or after an error in the traced function.
+    import gc
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return (np.sin(x) * x).sum()
+
+    def bad(x):
+        seen.append(gc.isenabled())
+        raise ValueError("in the user's function")
+
+    x = rng.normal(size=(3,))
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        np.testing.assert_allclose(gj.grad(f)(x), np.sin(x) + x * np.cos(x))
+        assert seen == [False] and gc.isenabled()
+        try:
+            gj.grad(bad)(x)
+        except ValueError:
+            pass
+        assert seen == [False, False] and gc.isenabled()
+        gc.disable()
+        gj.grad(f)(x + 1.0)           # same signature: no trace
+        gj.grad(f)(x[:2])             # a new signature: traced and compiled
+        assert seen[-1] is False and not gc.isenabled()
+        with compiler.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
