@@ -323,11 +323,49 @@ def test_outlined_loops_differing_only_in_shape_share_a_function(monkeypatch):
     _check(rnn_args_loss, args, monkeypatch=monkeypatch)
 
 
-def test_views_reshape_through_the_cached_helper():
+def test_views_reshape_through_the_cached_helper_or_an_index():
     # ndarray.reshape would make Numba compile its (uncached) normalize_reshape_value
-    # subroutine in every process; al.reshape is compiled once per machine
+    # subroutine in every process; al.reshape is compiled once per machine, and a view that
+    # only drops or adds size-1 dims is an index (unit_dims_view), cheaper still
     src = _source(rnn_args_loss, _rnn_args(40))
-    assert "al.reshape(" in src and ".reshape(" not in src.replace("al.reshape(", "")
+    assert ".reshape(" not in src.replace("al.reshape(", "")
+    assert re.search(r"= v\d+_?\[0\]\[:, None\]  # %\d+:float64\[5,1\] = t\.default", src)
+
+
+def test_unit_dims_views_are_indexes_and_agree_with_numpy(rng):
+    from gradjit.lowering.codegen_cpu_stmt import unit_dims_view as u
+    assert u(3, (1, 5), (5,)) == "v3[0]"
+    assert u(3, (1, 5), (5, 1)) == "v3[0][:, None]"
+    assert u(3, (5,), (1, 5)) == "v3[None, :]"
+    assert u(3, (1, 1, 4, 5), (1, 4, 1, 5)) == "v3[0, 0][None, :, None, :]"
+    for src, dst in (((5, 1), (5,)), ((1, 1), (1,)), ((1, 5), (5, 2)), ((2, 3), (3, 2)),
+                     ((1, 2, 3), (3, 2))):
+        assert u(3, src, dst) is None   # a size-1 dim after others, none kept, or a reshape
+    # every kind of unit-dim view, compiled, against NumPy (values and gradients)
+    x = rng.normal(size=(1, 4))
+    y = rng.normal(size=(4,))
+
+    def f(x, y):
+        a = x.reshape(4) * y                    # (1, 4) -> (4,)
+        b = x.T @ y.reshape(1, 4)               # (1, 4) -> (4, 1), (4,) -> (1, 4)
+        c = np.tanh(x.reshape(1, 1, 4)) * x.reshape(4, 1, 1)   # adds dims / a (4, 1) row
+        d = x.reshape(2, 2) * y.reshape(2, 2)   # a real reshape: al.reshape
+        return a.sum() + (b * b).sum() + c.sum() + (d ** 3).sum()
+    src = gj.grad(f, argnums=(0, 1)).graphs(x, y)[2]
+    assert "[0][:, None]" in src and "al.reshape(" in src
+    g = gj.grad(f, argnums=(0, 1))(x, y)
+    eps = 1e-6
+    for k, v in enumerate((x, y)):
+        num = np.zeros(v.size)
+        for i in range(v.size):
+            d = np.zeros(v.size)
+            d[i] = eps
+            args = [x, y]
+            args[k] = v + d.reshape(v.shape)
+            hi = f(*args)
+            args[k] = v - d.reshape(v.shape)
+            num[i] = (hi - f(*args)) / (2 * eps)
+        np.testing.assert_allclose(g[k].ravel(), num, rtol=1e-6, atol=1e-8)
 
 
 def test_size_one_dims_get_no_loop(monkeypatch):
