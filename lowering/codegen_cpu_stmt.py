@@ -24,7 +24,8 @@ SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (
 def unit_dims_view(x, src, dst):
     """Source of ``v<x>`` (C-contiguous, shape ``src``) viewed as ``dst`` by indexing, when
     the two differ only in size-1 dims and ``src``'s are all leading (``(1, n)`` as
-    ``(n,)``, ``(n, 1)`` or ``(1, 1, n)``; ``(n,)`` as ``(1, n)``): ``v[0][:, None]``.
+    ``(n,)``, ``(n, 1)`` or ``(1, 1, n)``; ``(n,)`` as ``(1, n)``; ``(1, m, n)`` as
+    ``(m, n)``): ``v[0][:, None]``. Size-1 dims are added to one non-1 dim only.
     Numba types such an index as a C array, as ``al.reshape`` would return, but compiles it
     for a fraction of the call (W4 has nine per entry: 0.08 s of its cold compile). None
     otherwise."""
@@ -33,6 +34,8 @@ def unit_dims_view(x, src, dst):
         return None
     out = f"v{x}[{', '.join('0' * lead)}]" if lead else f"v{x}"
     if len(dst) != len(src) - lead:
+        if len(src) - lead != 1:   # Numba types None-indexing of 2-D and up as strided (A)
+            return None
         out += f"[{', '.join('None' if n == 1 else ':' for n in dst)}]"
     return out
 

@@ -4,7 +4,7 @@ Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
   ``linalg_vector_norm``) decomposed into the
-  primitive ops the code generators emit, duplicate nodes merged (CSE) and
+  primitive ops the code generators emit, sums over size-1 dims made views, duplicate nodes merged (CSE) and
   dead nodes removed (DCE). Inputs and their order are kept, so callers keep
   feeding the same arrays; captured constants travel along.
 - ``extract(graph, nodes, outputs)`` cuts the sub-graph made of ``nodes``
@@ -80,8 +80,26 @@ def _outer(a, b):
     return a * b
 
 
+def _unit_sum(x, dim, keepdim=False, dtype=None):
+    # A sum over size-1 dims only (sum_to of a batch of one: an RNN's bias gradient) is
+    # its input, or a view of it: no accumulator, no reduction loop, no copy
+    return x if keepdim else x.reshape(tuple(s for i, s in enumerate(x.shape)
+                                             if i not in _dims(dim, x.ndim)))
+
+
+def _dims(dim, ndim):
+    return {d % ndim for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+
+
+def _sums_unit_dims(node, x):
+    dim = node.attrs.get("dim")
+    return (bool(dim) and x.ndim > 0 and node.outputs[0].dtype == x.dtype
+            and all(x.shape[d] == 1 for d in _dims(dim, x.ndim)))
+
+
 DECOMPOSITIONS = {
     "custom_function": _custom_function,
+    "sum.dim_IntList": _unit_sum,
     "mean.default": lambda x: x.sum() / x.numel(),
     "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim) / _count(x.shape, dim),
     "_softmax.default": _softmax,
@@ -90,11 +108,12 @@ DECOMPOSITIONS = {
     "linalg_vector_norm.default": _vector_norm,
     "mm.default": _outer,
 }
-# Decompositions that apply only to some inputs (the others keep their node).
-APPLIES = {"mm.default": lambda a, b: a.shape[1] == 1 and a.dtype == b.dtype}
+# Decompositions that apply only to some nodes (the others keep their node): (node, *ins).
+APPLIES = {"mm.default": lambda node, a, b: a.shape[1] == 1 and a.dtype == b.dtype,
+           "sum.dim_IntList": _sums_unit_dims}
 
 
-def _always(*ins):
+def _always(node, *ins):
     return True
 
 
@@ -116,7 +135,7 @@ def rebuild(graph, decompose=True, cse=True):
         key = (node.op, tuple(v.id for v in ins), tuple((k, _key_attr(a)) for k, a in node.attrs.items()))
         if cse and key in seen:
             outs = seen[key]
-        elif decompose and node.op in DECOMPOSITIONS and APPLIES.get(node.op, _always)(*ins):
+        elif decompose and node.op in DECOMPOSITIONS and APPLIES.get(node.op, _always)(node, *ins):
             new.site_override = node.site
             res = DECOMPOSITIONS[node.op](*[Tracer(new, v) for v in ins], **node.attrs)
             new.site_override = None
