@@ -44,7 +44,8 @@ from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
-from gradjit.lowering.schedule import Loop, reduced_dims, schedule
+from gradjit.lowering.schedule import (REDUCTIONS, Loop, reduced_dims, schedule, unit_map,
+                                      unit_view)
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
@@ -116,11 +117,20 @@ def _describe(node):
     return format_node(shown).replace("'<const>'", "<const>")
 
 
-def _index(v, space, fixed=()):
+def _index(v, space, fixed=(), shape=None):
     """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest.
-    ``fixed``: dims of the space that have no loop (size 1), indexed 0."""
+    ``fixed``: dims of the space that have no loop (size 1), indexed 0. ``shape``: the
+    reading node's output shape where it differs from ``space`` in size-1 dims only (a
+    member by schedule's ``unit_views``): ``v`` broadcasts against it instead, and its
+    dims follow the loop's by ``unit_map``."""
     r, k = len(space), v.ndim
     idx = []
+    if shape is not None and tuple(shape) != tuple(space):
+        m = unit_map(shape, space)
+        for j in range(k):
+            d = m[len(shape) - k + j]
+            idx.append("0" if v.shape[j] == 1 or d is None or d in fixed else f"i{d}")
+        return f"v{v.id}[{', '.join(idx)}]"
     for j in range(k):
         d = r - k + j
         idx.append("0" if (v.shape[j] == 1 and space[d] != 1) or d in fixed else f"i{d}")
@@ -229,14 +239,14 @@ def _loop(e, loop, inline, generic=False):
 
     hoisted = {}   # value -> index expression, read once per innermost loop (h<id>)
 
-    def read(v):
+    def read(v, shape=None):
         if v in regs:
             return regs[v]
         if v in inline:
             return _lit(inline[v], v.dtype)
         if v.ndim == 0:
             return f"v{v.id}"
-        idx = _index(v, space, fixed)
+        idx = _index(v, space, fixed, shape)
         if loops and f"i{loops[-1]}" not in re.findall(r"\bi\d+\b", idx):
             # Invariant in the innermost loop (a broadcast operand, e.g. an outer product's
             # column): read it once before that loop. LLVM cannot hoist the load itself,
@@ -252,7 +262,8 @@ def _loop(e, loop, inline, generic=False):
             e.emit(1, f"n{d} = v{s[0].id}.shape[{s[1]}]")
     for v in loop.stores:
         if v.ndim:
-            e.emit(1, f"v{v.id} = al.empty({shape_arg(ext)}, {_np_dtype(v.dtype)})")
+            shp = ext if v.shape == space else v.shape   # a unit-dims member: its own shape
+            e.emit(1, f"v{v.id} = al.empty({shape_arg(shp)}, {_np_dtype(v.dtype)})")
     scalar_red, array_red, split = [], [], []
     size = int(np.prod(space)) if space else 1
     for n in loop.reductions:
@@ -308,7 +319,8 @@ def _loop(e, loop, inline, generic=False):
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
     for n in loop.nodes:
         out = n.outputs[0]
-        x = read(n.inputs[0])
+        # (an elementwise member of another shape reads its inputs against its own shape)
+        x = read(n.inputs[0]) if n.op in REDUCTIONS or unit_view(n) else None
         if n in split:
             idx = ", ".join([f"i{j} - lo0"] + [ix(d) for d in range(j + 1, r)])
             e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
@@ -320,13 +332,17 @@ def _loop(e, loop, inline, generic=False):
             idx = [("0" if d in dims else ix(d)) for d in range(r) if keep or d not in dims]
             tgt = f"v{out.id}[{', '.join(idx)}]"
             e.emit(depth, _acc_update(n, tgt, x), n)
+        elif unit_view(n):   # a unit-dims view of a register (schedule's unit_views): itself
+            regs[out] = x
         else:
             regs[out] = f"t{out.id}"
-            e.emit(depth, f"t{out.id} = {_expr(n, [read(v) for v in n.inputs], e)}", n)
+            e.emit(depth, f"t{out.id} = {_expr(n, [read(v, out.shape) for v in n.inputs], e)}", n)
     e.lines[inner:inner] = ["    " * (depth - 1) + f"h{v.id} = {idx}"
                             for v, idx in hoisted.items()]
     for v in loop.stores:
-        tgt = f"v{v.id}[{', '.join(ix(d) for d in range(r))}]" if v.ndim else f"v{v.id}"
+        dims = range(r) if v.shape == space else unit_map(v.shape, space)
+        tgt = f"v{v.id}[{', '.join('0' if d is None else ix(d) for d in dims)}]" if v.ndim \
+            else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
     for n in split:
         k = n.outputs[0].id
@@ -364,7 +380,7 @@ def helper_stamps(import_lines):
 def generate(graph, name="entry", pack_inputs=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
-    steps, inline = schedule(graph)
+    steps, inline = schedule(graph, unit_views=True)
     rolls = len(steps) >= ROLL_MIN_STEPS
     outliner = Outliner() if rolls else None
     # Without rolling, every loop is outlined when there are this many (see below).

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import re
 
+from gradjit.lowering.schedule import REDUCTIONS
+
 OUTLINE_MIN_LOOPS = 24
 _NAME = re.compile(r"\b([vtrchs])(\d+)\b|%(\d+)")
 _TOP_ASSIGN = re.compile(r"^    (v\d+) = ")
@@ -101,7 +103,9 @@ def extent_sources(loop, inline):
     space, r = loop.shape, len(loop.shape)
     here = {v for n in loop.nodes for v in n.outputs}
     src = [None] * r
-    for v in (v for n in loop.nodes for v in n.inputs):
+    # (members of another shape, schedule's unit_views, broadcast against their own)
+    for v in (v for n in loop.nodes if n.outputs[0].shape == space or n.op in REDUCTIONS
+              for v in n.inputs):
         if v in here or v in inline:
             continue
         for j in range(v.ndim):

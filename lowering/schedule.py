@@ -18,6 +18,14 @@ Contract
 - ``schedule(graph) -> (steps, inline)``; ``Loop.stores`` / ``Loop.reductions``
   tell the emitter what to allocate. Targets (CPU, CUDA) only render; they
   never regroup.
+- ``unit_views=True`` (the CPU generator): iteration shapes that differ only in
+  size-1 dims (``(1, n)``, ``(n,)``) are one space. A view that only drops or
+  adds size-1 dims of a loop's register joins that loop as an alias, and
+  elementwise nodes of an equivalent shape join it too (a batch-of-one RNN's
+  bias gradient: ``(1, n)`` product, ``(n,)`` view, ``(n,)`` sum, one loop; a
+  view of an earlier loop's register stays a statement, a view not a copy). A
+  member's array dims map to the loop's by the order of their non-1 dims
+  (``unit_map``); reductions still need their exact space.
 """
 from __future__ import annotations
 
@@ -68,6 +76,36 @@ def reduced_dims(node):
     return tuple(range(ndim)) if not dim else tuple(dim)
 
 
+UNIT_VIEW_OPS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
+                 "t.default", "transpose.int", "permute.default"}
+
+
+def squeezed(shape):
+    return tuple(n for n in shape if n != 1)
+
+
+def unit_view(node):
+    """``node`` is a view that only drops, adds or moves size-1 dims (same elements, same
+    order)."""
+    if node.op not in UNIT_VIEW_OPS:
+        return False
+    x, out = node.inputs[0], node.outputs[0]
+    if squeezed(x.shape) != squeezed(out.shape) or not x.ndim or not out.ndim:
+        return False
+    if node.op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
+        return True
+    perm = permutation(node)   # a permutation: the non-1 dims keep their order
+    kept = [d for d in perm if x.shape[d] != 1]
+    return kept == sorted(kept)
+
+
+def unit_map(shape, space):
+    """Per dim of an array of ``shape`` in a loop over ``space`` (equal but for size-1 dims):
+    the loop dim it follows (non-1 dims in order), or None (a size-1 dim: index 0)."""
+    loop_dims = iter([d for d, n in enumerate(space) if n != 1])
+    return [None if n == 1 else next(loop_dims) for n in shape]
+
+
 def _space(node):
     kind = get_op(node.op).kind
     if node.op in REDUCTIONS:
@@ -107,8 +145,10 @@ def _inline_constants(graph):
     return inline, dead
 
 
-def schedule(graph):
+def schedule(graph, unit_views=False):
     inline, dead = _inline_constants(graph)
+    same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
+        lambda a, b: a == b)
     steps = []
     step_of = {}      # value -> index of the producing step
     elementwise_in = {}  # value -> Loop where it is a register (elementwise member)
@@ -116,20 +156,30 @@ def schedule(graph):
         if node.outputs[0] in inline or node.outputs[0] in dead:
             continue
         space = _space(node)
+        # A unit-dims view joins the loop its input is a register of only when that loop is
+        # the last step: joining an earlier one would store a copy far from its readers.
+        alias = unit_views and unit_view(node) and steps and \
+            elementwise_in.get(node.inputs[0]) is steps[-1]
+        if alias:
+            space = node.outputs[0].shape
+        exact = node.op in REDUCTIONS or (space is not None and not unit_views)
         target = None
         if space is not None:
             for idx in range(len(steps) - 1, -1, -1):
                 st = steps[idx]
-                ok_here = isinstance(st, Loop) and st.shape == space and all(
+                ok_here = isinstance(st, Loop) and (
+                    st.shape == space if exact else same(st.shape, space)) and (
+                    not alias or elementwise_in[node.inputs[0]] is st) and all(
                     step_of.get(v, -1) < idx or elementwise_in.get(v) is st for v in node.inputs)
                 if ok_here:
                     target = idx
                     break
                 if any(step_of.get(v) == idx for v in node.inputs):
                     break
-        if space is None:
+        if space is None or (alias and target is None):
             steps.append(Stmt(node))
             idx = len(steps) - 1
+            space = None
         elif target is None:
             steps.append(Loop(space, [node]))
             idx = len(steps) - 1
