@@ -26,6 +26,13 @@ Contract
   ``(T, *shape)`` per iteration; later runs read the stack, later unrolled steps
   get the value back by name after the loop. The template is iteration 0's
   code with loop-local names suffixed ``_`` (comments keep iteration 0's ids).
+- A *tail* (steps right after a run that are a part of an iteration:
+  ``codegen_cpu_roll_text.match_tail``) joins the run as one more iteration when
+  every name it reads still classifies with it; the lines it lacks then run too,
+  unused, so every value they read must be readable in that iteration (a stack
+  read in range, a constant slot clamped, no varying literal) and nothing after
+  the run may read what they overwrite. A stack read one before a run's first
+  iteration is that run's carry start (an RNN's h0), read by name.
 """
 from __future__ import annotations
 
@@ -34,10 +41,10 @@ from dataclasses import dataclass, field
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 
-MIN_REPS = 4
-MAX_PERIOD = 64
-_NAME = re.compile(r"\b([vtrchs])(\d+)\b")
-_INT = re.compile(r"(?<![\w.+-])(\d+)(?![\w.])")   # an integer literal (slice bounds, indices)
+from gradjit.lowering.codegen_cpu_roll_text import INT as _INT, MIN_REPS, NAME as _NAME
+from gradjit.lowering.codegen_cpu_roll_text import affine as _affine, canon as _canon
+from gradjit.lowering.codegen_cpu_roll_text import code as _code, find_runs as _find_runs
+from gradjit.lowering.codegen_cpu_roll_text import match_tail
 
 
 @dataclass(eq=False)
@@ -63,33 +70,7 @@ class _Iter:
     lits: list     # integer literals in order of appearance
     defs: set = field(default_factory=set)
     names: set = field(default_factory=set)   # real 'v<id>' names in the code
-
-
-def _code(line):
-    s = line.strip()
-    return "" if s.startswith("#") else line.split("  # ")[0]
-
-
-def _canon(lines):
-    ids, slots, lits, vmap, cmap = [], [], [], {}, {}
-
-    def lit(m):
-        lits.append(int(m.group(1)))
-        return "#"
-
-    def sub(m):
-        kind, num = m.group(1), int(m.group(2))
-        if kind == "c":
-            if num not in cmap:
-                cmap[num] = len(cmap)
-                slots.append(num)
-            return f"c{cmap[num]}"
-        if num not in vmap:
-            vmap[num] = len(vmap)
-            ids.append(num)
-        return f"{kind}{vmap[num]}"
-    text = "\n".join(_NAME.sub(sub, _INT.sub(lit, c)) for c in map(_code, lines) if c)
-    return text, ids, slots, lits
+    partial: bool = False   # a tail: None in ids / slots / lits where it lacks a position
 
 
 _ALLOC = re.compile(r"^(\s*)v(\d+) = al\.empty\(")
@@ -119,32 +100,6 @@ def _last_only(roller, kinds, q, its, lo, hi):
     return ("carry", q) in kinds and roller._outside(ids, lo, hi) == [len(its) - 1]
 
 
-def _affine(seq):
-    """(a, b) with seq[k] == a + b*k for all k, else None."""
-    a = seq[0]
-    b = seq[1] - seq[0] if len(seq) > 1 else 0
-    return (a, b) if all(s == a + b * k for k, s in enumerate(seq)) else None
-
-
-def _find_runs(keys):
-    """Greedy maximal periodic runs: [(start, period, reps)]."""
-    runs, i, n = [], 0, len(keys)
-    while i < n:
-        best = None
-        for p in range(1, min(MAX_PERIOD, (n - i) // MIN_REPS) + 1):
-            reps = 1
-            while i + (reps + 1) * p <= n and keys[i + reps * p:i + (reps + 1) * p] == keys[i:i + p]:
-                reps += 1
-            if reps >= MIN_REPS and (best is None or p * reps > best[1] * best[2]):
-                best = (i, p, reps)
-        if best is None:
-            i += 1
-        else:
-            runs.append(best)
-            i += best[1] * best[2]
-    return runs
-
-
 class _Roller:
     def __init__(self, blocks, values, out_ids, layouts, const_types, inputs, pack_inputs):
         self.blocks, self.values, self.layouts = blocks, values, layouts
@@ -154,6 +109,8 @@ class _Roller:
         self.why = []             # why candidate runs were not rolled
         self.by_name = set()      # ids rolled loops read by name (invariants, carry starts)
         self.stacks = {}          # value id -> (stack name, index) for values of rolled runs
+        self.stack_len = {}       # stack name -> entries
+        self.stack_init = {}      # stack name -> the value before its entry 0 (a carry start)
         self.in_run = [None] * len(blocks)
         self.readers = {}         # value id -> block indices that read it
         self.loop_defs = set().union(*(b.defs for b in blocks if b.is_loop))
@@ -174,6 +131,16 @@ class _Roller:
             its.append(_Iter(text, ids, slots, lits, set().union(*(b.defs for b in blks)), names))
         return its
 
+    def _tail(self, start, p, hi, q):
+        """Blocks [hi, hi + q) as a partial iteration of the run's body, or None."""
+        blks = self.blocks[hi:hi + q]
+        lines = [ln for b in blks for ln in b.lines]
+        m = match_tail([ln for b in self.blocks[start:start + p] for ln in b.lines], lines)
+        if m is None:
+            return None
+        names = set(re.findall(r"\bv\d+\b", "\n".join(map(_code, lines))))
+        return _Iter("", *m, set().union(*(b.defs for b in blks)), names, partial=True)
+
     def _classify(self, its, lo, hi):
         """Per canonical position: ('local',) | ('inv',) | ('carry', q) | ('import', src);
         None when the iterations cannot be rolled (then no pack it made survives)."""
@@ -184,47 +151,66 @@ class _Roller:
         return kinds
 
     def _kinds(self, its, lo, hi):
-        if any(it.text != its[0].text for it in its):
+        full = [it for it in its if not it.partial]
+        tail = its[-1] if its[-1].partial else None
+        last = len(its) - 1
+        if any(it.text != its[0].text for it in full):
             return self._fail("iterations differ in code")
         all_defs = set().union(*(it.defs for it in its))
         first = {n: q for q, n in enumerate(its[0].ids)}
         kinds = []
         for j, n0 in enumerate(its[0].ids):
             ids = [it.ids[j] for it in its]
+            got = [n for n in ids if n is not None]   # (a tail may lack the position)
             if n0 in its[0].defs:
                 # Same shapes and dtypes in every iteration: a literal that varies is then
                 # an index or a slice bound, never a shape.
                 v0 = self.values.get(n0)
-                if not all(n in it.defs for n, it in zip(ids, its)) or (v0 is not None and any(
-                        (self.values[n].shape, self.values[n].dtype) != (v0.shape, v0.dtype)
-                        for n in ids)):
+                if not all(n in it.defs for n, it in zip(ids, its) if n is not None) or (
+                        v0 is not None and any((self.values[n].shape, self.values[n].dtype)
+                                               != (v0.shape, v0.dtype) for n in got)):
                     return self._fail(f"%{n0}: defined in some iterations only, or reshaped")
                 kinds.append(("local",))
                 continue
             if any(n in all_defs for n in ids[:1]):
                 return self._fail(f"%{n0}: iteration 0 reads a value of a later iteration")
-            if all(n == n0 for n in ids):
+            if all(n == n0 for n in got):
                 kinds.append(("inv",))
                 continue
             q = first.get(ids[1])
             if q is not None and ids[1] in its[0].defs and self._same_type(ids[1], n0) and all(
-                    its[k - 1].ids[q] == ids[k] for k in range(1, len(its))):
+                    ids[k] is None or its[k - 1].ids[q] == ids[k] for k in range(1, len(its))):
                 kinds.append(("carry", q))
                 continue
-            if any(n in all_defs for n in ids):
+            if any(n in all_defs for n in got):
                 return self._fail(f"%{n0}: read from an iteration other than the previous one")
-            src = self._import_source(ids)
+            src = self._import_source(ids) if tail is None else self._tail_import(ids)
             if src is None:
                 return self._fail(f"%{n0}: per-iteration values from mixed sources")
             kinds.append(("import", src))
         for j in range(len(its[0].slots)):
-            if _affine([it.slots[j] for it in its]) is None:
+            seq = [it.slots[j] for it in full]
+            ab = _affine(seq)
+            if ab is None:
                 return self._fail("a constant slot that is not affine in the iteration")
-            if len({self.const_types[it.slots[j]] for it in its}) != 1:
+            if tail is not None and tail.slots[j] is not None:
+                if tail.slots[j] != ab[0] + ab[1] * last:
+                    return self._fail("the tail's constant slot is not the next one")
+                seq = seq + [tail.slots[j]]
+            if len({self.const_types[s] for s in seq}) != 1:
                 return self._fail("a constant slot whose type changes with the iteration")
         for j in range(len(its[0].lits)):
-            if _affine([it.lits[j] for it in its]) is None:
+            ab = _affine([it.lits[j] for it in full])
+            t = None if tail is None else tail.lits[j]
+            if ab is None or (tail is not None and (
+                    t != ab[0] + ab[1] * last if t is not None else ab[1] != 0)):
                 return self._fail("an integer literal that is not affine in the iteration")
+        # A tail joins only if it needs no stack of its own: a stack costs a store in every
+        # iteration, more than the tail's lines outside the loop.
+        if tail is not None and any(
+                kd[0] == "local" and tail.ids[j] is not None and self._outside([tail.ids[j]], lo, hi)
+                and not _last_only(self, kinds, j, its, lo, hi) for j, kd in enumerate(kinds)):
+            return self._fail("the tail's values would need a stack")
         # A local read outside the run must be storable (a named value, not a register),
         # unless only its last value is, through the carry that holds it.
         for j, kd in enumerate(kinds):
@@ -267,39 +253,69 @@ class _Roller:
             # (Numba compiles a 100-array argument list or tuple for seconds).
             name = f"P{len(self.packs)}"
             self.packs.append((name, list(ids)))
+            self.stack_len[name] = len(ids)
             for k, n in enumerate(ids):
                 self.stacks[n] = (name, k)
             return ("stack", name, (0, 1))
         return ("tuple", ids)
 
+    def _tail_import(self, ids):
+        """An import source for a run with a tail (``ids[-1]``; None: the tail does not read
+        it, but the iteration does, unused). The tail reads the same source one step
+        further, or, one before a stack's first entry, that stack's carry start."""
+        full, last = ids[:-1], ids[-1]
+        if last is not None:
+            src = self._import_source(ids)
+            if src is not None:
+                return src
+        src = self._import_source(full)
+        if src is None or src[0] != "stack":
+            return None
+        name, (a, b) = src[1], src[2]
+        k = a + b * len(full)
+        if last is None and 0 <= k < self.stack_len.get(name, 0):
+            return src
+        init = self.stack_init.get(name)
+        if k == -1 and init is not None and last in (None, init) and self._same_type(init, full[0]):
+            return src + (init,)
+        return None
+
     def _outside(self, ids, lo, hi):
         """Iterations whose value is read outside blocks [lo, hi) or returned."""
-        return [k for k, n in enumerate(ids)
-                if n in self.out_ids or any(b < lo or b >= hi for b in self.readers.get(n, ()))]
+        return [k for k, n in enumerate(ids) if n is not None and (
+            n in self.out_ids or any(b < lo or b >= hi for b in self.readers.get(n, ())))]
 
     # -- emission --------------------------------------------------------------------
-    def _accept(self, r, start, p, its, kinds):
+    def _accept(self, r, start, its, kinds, hi):
         """Register the run's stacks (later runs import from them) and its blocks."""
-        lo, hi = start, start + p * len(its)
+        lo = start
         exports = {}
         for j, kd in enumerate(kinds):
             ids = [it.ids[j] for it in its]
             if kd[0] == "local" and self._outside(ids, lo, hi) and \
                     not _last_only(self, kinds, j, its, lo, hi):
                 exports[j] = f"S{r}_{j}"
+                self.stack_len[exports[j]] = len(its)
+                starts = [its[0].ids[c] for c, kc in enumerate(kinds) if kc == ("carry", j)]
+                if starts:   # the value before entry 0: where the carry it feeds starts
+                    self.stack_init[exports[j]] = starts[0]
                 for kk, n in enumerate(ids):
-                    self.stacks[n] = (exports[j], kk)
+                    if n is not None:
+                        self.stacks[n] = (exports[j], kk)
             elif kd[0] in ("inv", "carry"):
                 self.by_name.add(ids[0])     # read by its name in the entry: must exist there
             elif kd[0] == "import" and kd[1][0] == "tuple":
                 self.by_name.update(kd[1][1])
+            elif kd[0] == "import" and len(kd[1]) > 3:
+                self.by_name.add(kd[1][3])   # a carry start, read by name in the last iteration
         for b in range(lo, hi):
             self.in_run[b] = r
         return exports
 
-    def _emit(self, r, start, p, its, kinds, exports):
+    def _emit(self, r, start, p, its, kinds, exports, hi):
         T, k = len(its), f"it{r}"
-        lo, hi = start, start + p * T
+        lo = start
+        full = [it for it in its if not it.partial]
         it0 = its[0]
         pre, head, tail, post = [], [], [], []
         rename, direct = {}, {}
@@ -318,15 +334,16 @@ class _Roller:
                     else:
                         tail.extend(_copy_into(f"{s}[{k}", f"v{n0}_", v.shape))
                     for kk, n in enumerate(ids):
-                        if n in self.out_ids or n in self.by_name or any(
+                        if n is not None and (n in self.out_ids or n in self.by_name or any(
                                 self.in_run[b] is None and (b < lo or b >= hi)
-                                for b in self.readers.get(n, ())):
+                                for b in self.readers.get(n, ()))):
                             post.append(f"    v{n} = {s}[{kk}]")
             elif kd[0] == "carry":
                 name = f"C{r}_{j}"
                 pre.append(f"    {name} = v{n0}")
                 last = its[-1].ids[kd[1]]
-                if _last_only(self, kinds, kd[1], its, lo, hi) and f"    v{last} = {name}" not in post:
+                if last is not None and _last_only(self, kinds, kd[1], its, lo, hi) and \
+                        f"    v{last} = {name}" not in post:
                     post.append(f"    v{last} = {name}")
                 rename[n0] = name
                 tail.append(f"        {name} = v{it0.ids[kd[1]]}_")
@@ -335,7 +352,10 @@ class _Roller:
                 src = kd[1]
                 if src[0] == "stack":
                     (a, b) = src[2]
-                    head.append(f"        v{n0}_ = {src[1]}[{a} + {b} * {k}]")
+                    read = f"{src[1]}[{a} + {b} * {k}]"
+                    if len(src) > 3:   # the tail's read before entry 0: the carry start
+                        read = f"{read} if {k} < {T - 1} else v{src[3]}"
+                    head.append(f"        v{n0}_ = {read}")
                 else:
                     t = f"X{r}_{j}"
                     # Statement outputs may be F-ordered whatever the layout record says
@@ -346,11 +366,15 @@ class _Roller:
                     pre.append(f"    {t} = ({', '.join(elems)},)")
                     head.append(f"        v{n0}_ = {t}[{k}]")
         crename = {}
+        top = len(self.const_types) - 1
         for j, c0 in enumerate(it0.slots):
-            a, b = _affine([it.slots[j] for it in its])
+            a, b = _affine([it.slots[j] for it in full])
             if b:
                 crename[c0] = f"c{c0}_"
-                head.append(f"        c{c0}_ = {self.const_types[c0]}(consts[{a} + {b} * {k}])")
+                at = f"{a} + {b} * {k}"
+                if not 0 <= a + b * (T - 1) <= top:   # a tail's missing line: read, unused
+                    at = f"min(max({at}, 0), {top})"
+                head.append(f"        c{c0}_ = {self.const_types[c0]}(consts[{at}])")
 
         def sub(m):
             kind, num = m.group(1), int(m.group(2))
@@ -360,7 +384,7 @@ class _Roller:
                 r = rename[num]  # hoisted element of it (h): that one stays loop-local
                 return r if r and kind == "v" else f"{kind}{num}_"
             return m.group(0)
-        lits = [_affine([it.lits[j] for it in its]) for j in range(len(it0.lits))]
+        lits = [_affine([it.lits[j] for it in full]) for j in range(len(it0.lits))]
         count = iter(range(len(lits)))
 
         def lit(m):
@@ -378,7 +402,8 @@ class _Roller:
                 body.append(f"    {m.group(1)}v{m.group(2)}_ = {direct[int(m.group(2))]}{sep}{comment}")
             else:
                 body.append("    " + _NAME.sub(sub, code) + sep + comment)
-        title = (f"    # rolled: {T} iterations of a {p}-step body (steps {lo}..{hi - 1}); "
+        part = f", the last one partial (steps {lo + p * (T - 1)}..{hi - 1})" if len(full) < T else ""
+        title = (f"    # rolled: {T} iterations of a {p}-step body (steps {lo}..{hi - 1}{part}); "
                  f"iteration 0 shown, loop-local names end in '_'")
         lines = [title, *pre, f"    for {k} in range({T}):", *head, *body, *tail, *post]
         return Rolled(lines, any(b.parallel for b in self.blocks[lo:hi]))
@@ -386,21 +411,31 @@ class _Roller:
     def roll(self):
         keys = [_canon(b.lines)[0] for b in self.blocks]
         plan = []
-        for start, p, reps in _find_runs(keys):
+        runs = _find_runs(keys)
+        for i, (start, p, reps) in enumerate(runs):
+            after = runs[i + 1][0] if i + 1 < len(runs) else len(self.blocks)
             for d0, d1 in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (0, 2), (2, 2)):
                 s, t = start + d0 * p, reps - d0 - d1
                 if t < MIN_REPS:
                     continue
-                its = self._iters(s, p, t)
-                kinds = self._classify(its, s, s + p * t)
+                its, hi = self._iters(s, p, t), s + p * t
+                # with a tail (the longest that classifies), else without
+                tails = [(q, self._tail(s, p, hi, q)) for q in range(min(p, after - hi), 0, -1)] \
+                    if not d1 else []
+                for q, its_hi in [(q, (its + [tl], hi + q)) for q, tl in tails if tl] + [(0, (its, hi))]:
+                    kinds = self._classify(its_hi[0], s, its_hi[1])
+                    if kinds is not None:
+                        break
                 if kinds is not None:
-                    plan.append((s, p, its, kinds, self._accept(len(plan), s, p, its, kinds)))
+                    r = len(plan)
+                    plan.append((s, p, its_hi[0], kinds, its_hi[1],
+                                 self._accept(r, s, its_hi[0], kinds, its_hi[1])))
                     break
         items, at = [], 0
-        for r, (s, p, its, kinds, exports) in enumerate(plan):
+        for r, (s, p, its, kinds, hi, exports) in enumerate(plan):
             items.extend(self.blocks[at:s])
-            items.append(self._emit(r, s, p, its, kinds, exports))
-            at = s + p * len(its)
+            items.append(self._emit(r, s, p, its, kinds, exports, hi))
+            at = hi
         items.extend(self.blocks[at:])
         return items, self.packs
 

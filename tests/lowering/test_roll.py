@@ -120,6 +120,41 @@ def test_rolled_gradient_wrt_per_step_inputs(monkeypatch):
     _check(rnn_stacked_loss, args[:4] + [X], argnums=(0, 1, 4), monkeypatch=monkeypatch)
 
 
+@pytest.mark.parametrize("argnums", [(0, 1, 2), (0, 1, 2, 3)])
+def test_a_partial_last_step_joins_the_rolled_loop(argnums, monkeypatch):
+    # The adjoint's step at t=1 lacks what only an earlier step reads (1 - h0**2; dh0 too
+    # unless h0 is differentiated): it runs as one more iteration of the rolled loop, its
+    # missing lines unused, reading h0 where the forward stack has no entry.
+    args = _rnn_args(40)
+    src = _source(rnn_args_loss, args, argnums)
+    assert src.count("the last one partial") == 1
+    assert re.search(r"= S\d+_\d+\[.*\] if it\d+ < \d+ else v3\n", src)   # h0: the carry start
+    tail = src[src.rindex("    for it"):]
+    tail = tail[tail.index("\n    C") if "\n    C" in tail else 0:]
+    assert "for " not in tail.split("\n    v", 1)[-1]   # nothing of the step after the loop
+    _check(rnn_args_loss, args, argnums=argnums, monkeypatch=monkeypatch)
+
+
+def test_match_tail_renames_consistently():
+    from gradjit.lowering.codegen_cpu_roll_text import match_tail
+    body = ["    v5 = bl.mm(v1, v2)  # %5:f[1,3] = mm.default(%1, %2)",
+            "    # loop over (1, 3)",
+            "    for i1 in range(3):",
+            "        t6 = v5[0, i1] * c0  # %6:f[1,3] = mul.Scalar(%5)",
+            "        v7[0, i1] = t6 + v8[0, i1]  # %7:f[1,3] = add.Tensor(%6, %8)"]
+    tail = ["    for i1 in range(3):",
+            "        t16 = v15[0, i1] * c4  # %16:f[1,3] = mul.Scalar(%15)",
+            "        v17[0, i1] = t16 + v18[0, i1]  # %17:f[1,3] = add.Tensor(%16, %18)"]
+    ids, slots, lits = match_tail(body, tail)
+    assert ids == [15, None, None, 16, 17, 18] and slots == [4]   # v5, v1, v2, t6, v7, v8
+    assert lits == [3, 0, 0, 0]
+    assert match_tail(body, tail[::-1]) is None                    # out of order
+    bad = tail[:2] + ["        v17[0, i1] = t16 + v15[0, i1]  # %17:f[1,3] = add.Tensor(%16, %15)"]
+    assert match_tail(body, bad) is None      # v15 cannot stand for both %5 and %8
+    other = tail[:2] + ["        v17[0, i1] = t16 - v18[0, i1]  # %17:f[1,3] = sub.Tensor(%16, %18)"]
+    assert match_tail(body, other) is None
+
+
 def test_rolled_float32(monkeypatch):
     args = _rnn_args(36, dtype=np.float32)
     assert "# rolled:" in _source(rnn_running_loss, args)
