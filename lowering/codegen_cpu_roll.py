@@ -41,10 +41,12 @@ from dataclasses import dataclass, field
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 
-from gradjit.lowering.codegen_cpu_roll_text import INT as _INT, MIN_REPS, NAME as _NAME
-from gradjit.lowering.codegen_cpu_roll_text import affine as _affine, canon as _canon
-from gradjit.lowering.codegen_cpu_roll_text import code as _code, find_runs as _find_runs
-from gradjit.lowering.codegen_cpu_roll_text import match_tail
+from gradjit.lowering.codegen_cpu_roll_text import ALLOC as _ALLOC, INT as _INT, MIN_REPS
+from gradjit.lowering.codegen_cpu_roll_text import NAME as _NAME, affine as _affine
+from gradjit.lowering.codegen_cpu_roll_text import allocated_once as _allocated_once
+from gradjit.lowering.codegen_cpu_roll_text import canon as _canon, code as _code
+from gradjit.lowering.codegen_cpu_roll_text import copy_into as _copy_into
+from gradjit.lowering.codegen_cpu_roll_text import find_runs as _find_runs, match_tail
 
 
 @dataclass(eq=False)
@@ -71,26 +73,6 @@ class _Iter:
     defs: set = field(default_factory=set)
     names: set = field(default_factory=set)   # real 'v<id>' names in the code
     partial: bool = False   # a tail: None in ids / slots / lits where it lacks a position
-
-
-_ALLOC = re.compile(r"^(\s*)v(\d+) = al\.empty\(")
-
-
-def _allocated_once(lines, n):
-    """``v<n>`` is bound once, by ``al.empty`` (then filled in place)."""
-    binds = [ln for ln in map(_code, lines) if re.match(rf"^\s*v{n} = ", ln)]
-    return len(binds) == 1 and _ALLOC.match(binds[0]) is not None
-
-
-def _copy_into(dst, src, shape):
-    """Lines copying array ``src`` into ``dst`` (``'S[k'``: an open index) element by
-    element; Numba compiles an array-into-slice assignment for seconds."""
-    if not shape:
-        return [f"        {dst}] = {src}"]
-    out = [f"        {'    ' * d}for j{d} in range({n}):" for d, n in enumerate(shape)]
-    idx = ", ".join(f"j{d}" for d in range(len(shape)))
-    out.append(f"        {'    ' * len(shape)}{dst}, {idx}] = {src}[{idx}]")
-    return out
 
 
 def _last_only(roller, kinds, q, its, lo, hi):

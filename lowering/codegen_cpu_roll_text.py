@@ -10,6 +10,8 @@ Contract
 - ``find_runs(keys)``: greedy maximal periodic runs ``[(start, period, reps)]``
   of at least ``MIN_REPS`` repetitions of up to ``MAX_PERIOD`` keys.
 - ``affine(seq)``: ``(a, b)`` with ``seq[k] == a + b*k`` for every k, else None.
+- ``allocated_once(lines, n)``: ``v<n>`` is bound once, by ``al.empty``;
+  ``copy_into(dst, src, shape)``: the lines that copy an array into a stack slot.
 - ``match_tail(template, tail)``: ``template`` holds a run's iteration-0 lines,
   ``tail`` the lines after the run. When each code line of the tail is, in
   order, a line of the template with the same text (names and literals
@@ -58,6 +60,26 @@ def canon(lines):
         return f"{kind}{vmap[num]}"
     text = "\n".join(NAME.sub(sub, INT.sub(lit, c)) for c in map(code, lines) if c)
     return text, ids, slots, lits
+
+
+ALLOC = re.compile(r"^(\s*)v(\d+) = al\.empty\(")
+
+
+def allocated_once(lines, n):
+    """``v<n>`` is bound once, by ``al.empty`` (then filled in place)."""
+    binds = [ln for ln in map(code, lines) if re.match(rf"^\s*v{n} = ", ln)]
+    return len(binds) == 1 and ALLOC.match(binds[0]) is not None
+
+
+def copy_into(dst, src, shape):
+    """Lines copying array ``src`` into ``dst`` (``'S[k'``: an open index) element by
+    element; Numba compiles an array-into-slice assignment for seconds."""
+    if not shape:
+        return [f"        {dst}] = {src}"]
+    out = [f"        {'    ' * d}for j{d} in range({n}):" for d, n in enumerate(shape)]
+    idx = ", ".join(f"j{d}" for d in range(len(shape)))
+    out.append(f"        {'    ' * len(shape)}{dst}, {idx}] = {src}[{idx}]")
+    return out
 
 
 def affine(seq):

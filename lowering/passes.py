@@ -3,10 +3,10 @@
 Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
-  ``linalg_vector_norm``) decomposed into the
-  primitive ops the code generators emit, sums over size-1 dims made views, duplicate nodes merged (CSE) and
-  dead nodes removed (DCE). Inputs and their order are kept, so callers keep
-  feeding the same arrays; captured constants travel along.
+  ``linalg_vector_norm``) decomposed into the primitive ops the code
+  generators emit, sums over size-1 dims only made views, duplicate nodes
+  merged (CSE) and dead nodes removed (DCE). Inputs and their order are kept,
+  so callers keep feeding the same arrays; captured constants travel along.
 - ``extract(graph, nodes, outputs)`` cuts the sub-graph made of ``nodes``
   (used for tensor-mode backward: the forward already ran eagerly). Its inputs
   are the outside values it reads, in first-use order; it returns the new
