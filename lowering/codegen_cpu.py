@@ -305,7 +305,8 @@ def _loop(e, loop, inline, generic=False):
         if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
             e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
             e.emit(depth + 1, f"lo0 = b0 * {rows}")
-            e.emit(depth + 1, f"hi0 = min(lo0 + {rows}, {space[d]})")
+            # (a branch, not min(): Numba compiles its min overload in every process)
+            e.emit(depth + 1, f"hi0 = lo0 + {rows} if lo0 + {rows} < {space[d]} else {space[d]}")
             for n in split:
                 buf = (rows,) + tuple(space[d + 1:])
                 e.emit(depth + 1, f"s{n.outputs[0].id} = al.empty({shape_arg(buf)}, "

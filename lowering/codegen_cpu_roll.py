@@ -354,8 +354,10 @@ class _Roller:
             if b:
                 crename[c0] = f"c{c0}_"
                 at = f"{a} + {b} * {k}"
-                if not 0 <= a + b * (T - 1) <= top:   # a tail's missing line: read, unused
-                    at = f"min(max({at}, 0), {top})"
+                if not 0 <= a + b * (T - 1) <= top:   # a tail's missing line: read, unused;
+                    # the slot before it, a plain branch (min/max are overloads Numba
+                    # compiles in every process, uncached)
+                    at = f"{at} if {k} < {T - 1} else {a + b * (T - 2)}"
                 head.append(f"        c{c0}_ = {self.const_types[c0]}(consts[{at}])")
 
         def sub(m):
