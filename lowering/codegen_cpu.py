@@ -284,8 +284,11 @@ def _loop(e, loop, inline, generic=False):
             keep = n.attrs.get("keepdim", False)
             shp = shape_arg([("1" if d in dims else ext[d]) for d in range(r) if keep or d not in dims])
             e.emit(1, f"v{out.id} = al.full({shp}, {fill}, {_np_dtype(out.dtype)})")
-    par = (size >= PARALLEL_MIN and r > 0 and space[0] > 1
-           and not any(0 in reduced_dims(n) for n in array_red)
+    # The outer loop runs over the first dim that is not 1 (size-1 dims get no loop, below):
+    # a (1, n) space, e.g. a (1, n) and an (n,) value in one loop (unit_views), is parallel too
+    d0 = next((d for d in range(r) if space[d] != 1), 0)
+    par = (size >= PARALLEL_MIN and r > 0 and space[d0] > 1
+           and not any(d0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
     e.parallel |= par
     rng0 = "prange" if par else "range"
@@ -301,7 +304,7 @@ def _loop(e, loop, inline, generic=False):
     ix = (lambda d: "0" if d in fixed else f"i{d}")   # noqa: E731
     depth = 1
     for d in loops:
-        rng = rng0 if d == 0 else "range"
+        rng = rng0 if d == d0 else "range"
         if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
             e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
             e.emit(depth + 1, f"lo0 = b0 * {rows}")

@@ -233,3 +233,17 @@ def test_parallel_flag_only_when_some_loop_uses_prange():
     headers = _loop_headers(src)
     assert sum("prange(" in h for h in headers) == 1
     assert "for i0 in range(8):" in headers
+
+
+def test_a_large_space_with_leading_size_one_dims_is_parallel(tmp_path):
+    # (1, n) and (n,) values share one loop on the CPU (schedule's unit_views); its outer
+    # loop is the n one (size-1 dims get no loop), and that one is the parallel one
+    n = 1 << 18
+    g = _graph("unit", [np.ones((1, n)), np.ones(n)],
+               lambda x, y: x.exp().reshape(n) * y + 1.0)
+    gen = generate(g)
+    headers = _loop_headers(gen.source)
+    assert headers == [f"for i1 in prange({n}):"] and gen.parallel
+    x, y = np.linspace(-1, 1, n).reshape(1, n), np.linspace(0, 2, n)
+    (got,) = _load_module(gen.source, tmp_path, "unit").entry.py_func(x, y, gen.consts)
+    np.testing.assert_allclose(got, np.exp(x).reshape(n) * y + 1.0, rtol=1e-15)

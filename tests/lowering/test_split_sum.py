@@ -26,7 +26,8 @@ def _loss(x, w):
                                           ((3, 100, 120), np.float64),  # blocks along dim 1
                                           ((2, 40000), np.float64),     # along the last dim
                                           ((codegen_cpu.PARALLEL_MIN,), np.float64),
-                                          ((2, codegen_cpu.PARALLEL_MIN // 2), np.float64)])
+                                          ((2, codegen_cpu.PARALLEL_MIN // 2), np.float64),
+                                          ((1, codegen_cpu.PARALLEL_MIN), np.float64)])
 def test_value_and_grad_of_a_large_loop(shape, dtype, rng):
     x = rng.normal(size=shape).astype(dtype)
     w = rng.normal(size=shape[-1:]).astype(dtype)
