@@ -16,7 +16,7 @@ from __future__ import annotations
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 from gradjit.lowering.blas_cpu import blas_helper
 from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
-from gradjit.lowering.schedule import permutation
+from gradjit.lowering.schedule import permutation, squeezed
 
 SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
 
@@ -30,7 +30,7 @@ def unit_dims_view(x, src, dst):
     for a fraction of the call (W4 has nine per entry: 0.08 s of its cold compile). None
     otherwise."""
     lead = next((k for k, n in enumerate(src) if n != 1), None)
-    if lead is None or 1 in src[lead:] or [n for n in dst if n != 1] != list(src[lead:]):
+    if lead is None or 1 in src[lead:] or squeezed(dst) != tuple(src[lead:]):
         return None
     out = f"v{x}[{', '.join('0' * lead)}]" if lead else f"v{x}"
     if len(dst) != len(src) - lead:
