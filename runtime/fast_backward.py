@@ -28,7 +28,7 @@ from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import tape
 from gradjit.tracer.deferred import compute_pending
-from gradjit.tracer.modes import is_anomaly_enabled
+from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import plain_tensor
 
 _FAST = {}   # key -> (Executable, feeds, direct arguments or None,
@@ -47,7 +47,9 @@ except AttributeError:   # another os.environ layout: the public way
 
 def _key(tp, root):
     """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
-    does not hold exactly its history (the checks ``tape.take`` makes, without taking)."""
+    does not hold exactly its history (the checks ``tape.take`` makes, without taking) or
+    a leaf has a hook. A key is (tape parts, leaf types, switches); a list of the parts,
+    not a tuple, so the one-entry memo in front of ``_FAST`` compares it without a copy."""
     fn = root.grad_fn
     if tp.open != 1 and not tp.broken:
         tp.trim()   # dead side computations leave entries open (as tape.take)
@@ -57,11 +59,31 @@ def _key(tp, root):
     leaves = [r() for r in tp.leaves]
     types = []
     for t in leaves:
-        if t is None:
+        if t is None or t._hooks:
             return None, None
         d = t._data
         types.append((d.shape, d.dtype, t._requires_grad))
-    return (tuple(tp.parts), tuple(types), _switches()), leaves
+    return [tp.parts, types, _switches()], leaves
+
+
+def _lookup(k):
+    """The plan registered for key ``k``: the last hit's when ``k`` equals its key (a
+    training loop asks for one key again and again: comparing lists costs half of
+    hashing them), else ``_FAST``'s."""
+    last = _LAST[0]
+    if last is not None and last[0] == k:
+        return last[1]
+    hit = _FAST.get(_frozen(k))
+    if hit is not None:
+        _LAST[0] = ([list(k[0]), k[1], k[2]], hit)
+    return hit
+
+
+def _frozen(k):
+    return tuple(k[0]), tuple(k[1]), k[2]
+
+
+_LAST = [None]   # [(key as lists, plan)] of the last fast hit
 
 
 def register(k, plan, targets):
@@ -69,6 +91,7 @@ def register(k, plan, targets):
     whose gradients the plan returns, in order)."""
     exe = getattr(plan.exe, "exe", None)   # a plan without host calls: one Executable
     if k is not None and exe is not None and not plan.slots:
+        k = _frozen(k)
         outs = plan.bwd_graph.outputs
         shape, dtype = outs[0].shape, outs[0].dtype
         seed = np.ones(shape, dtype)   # read only by the compiled code: one per plan
@@ -111,29 +134,27 @@ def _shared(exe, outs):
 def fast_backward(root):
     """Run ``root.backward()`` on the fast path: True when done, else the key (or None) for
     the general path to register its plan under."""
-    if is_anomaly_enabled():
+    if _ANOMALY["enabled"]:
         return None
-    tp = tape.current()
+    tp = tape._local.tape or tape.current()
     k, leaves = _key(tp, root)
-    hit = _FAST.get(k) if k is not None else None
+    if k is None:
+        return None
+    hit = _lookup(k)
     if hit is None:
         return k
-    for t in leaves:
-        if t._hooks:
-            return None
     for slot, version, _ in tp.uses:
         if leaves[slot]._box[0] != version:
             return None   # the general path raises torch's error
     fns = [r() for r in tp.fns]
-    last = fns[-1]
     live = []
     for f in fns:
         if f is None or f.hooks or f.retains:
             return None
-        if f._out is not None and f is not last and f._out() is not None:
+        if f._out is not None and f._out() is not None:
             live.append(f)
-    if live:   # tensors of this step the caller holds get their recorded values first
-        compute_pending(live)
+    if len(live) > 1:   # tensors of this step the caller holds get their recorded values
+        compute_pending(live[:-1] if live[-1] is fns[-1] else live)
     exe, feeds, direct, targets, shape, dtype = hit
     tape._local.tape = tape.Tape()   # taken: the next step records afresh
     res = None
@@ -145,7 +166,7 @@ def fast_backward(root):
     if res is None:
         res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
     value = res[0]
-    if type(value) is not np.ndarray or value.dtype != dtype:
+    if value.__class__ is not np.ndarray or value.dtype != dtype:
         value = np.asarray(value, dtype)
     root._data = value if value.shape == shape else value.reshape(shape)
     for f in fns:
@@ -159,6 +180,6 @@ def fast_backward(root):
         elif shared:
             g = np.array(g)
         t = leaves[slot]
-        t.grad = plain_tensor(g) if t.grad is None else plain_tensor(t.grad.data + g)
+        t.grad = plain_tensor(g if t.grad is None else t.grad.data + g)
     STATS["memory_hits"] += 1
     return True

@@ -37,14 +37,6 @@ class GradFn:
         in_versions = [e._box[0] if not isinstance(e, tuple) else None for e in edges]
         self._fill(op, attrs, edges, in_versions, out_types, out_data, site, None)
 
-    @classmethod
-    def pending(cls, op, attrs, edges, in_versions, out_types, site, key):
-        """A deferred node (tracer/deferred.py), built without ``__init__``'s pass over
-        the edges: the caller has the input versions and the key piece at hand."""
-        self = _NEW(cls)
-        self._fill(op, attrs, edges, in_versions, out_types, None, site, key)
-        return self
-
     def _fill(self, op, attrs, edges, in_versions, out_types, out_data, site, key):
         self.op, self.attrs, self.edges = op, attrs, edges
         self.out_types, self.out_data, self.site = out_types, out_data, site

@@ -12,11 +12,21 @@ from __future__ import annotations
 import contextlib
 import threading
 
-_state = threading.local()
+class _State(threading.local):
+    """Per-thread flags, set on each thread's first use: reading a thread-local attribute
+    that is missing costs an exception (about 0.35 us), and the eager front end reads
+    these on every op."""
+
+    def __init__(self):
+        self.enabled = True
+        self.inference = False
+
+
+_state = _State()
 
 
 def is_grad_enabled():
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 class set_grad_enabled(contextlib.ContextDecorator):
@@ -73,7 +83,7 @@ class enable_grad(_GradMode):
 
 
 def is_inference_mode_enabled():
-    return getattr(_state, "inference", False)
+    return _state.inference
 
 
 class inference_mode(contextlib.ContextDecorator):

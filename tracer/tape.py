@@ -31,13 +31,19 @@ import itertools
 import threading
 import weakref
 
-from gradjit.tracer.gradfn import GradFn
+from gradjit.tracer.gradfn import GradFn, _seq
 from gradjit.tracer.ir import _key_attr
 
 LIMIT = 200_000
 TRIM_MIN = 4096   # entries before the first look for dead ones (``Tape.trim``)
 _gens = itertools.count(1)   # generation numbers, unique across threads
-_local = threading.local()
+class _Local(threading.local):
+    def __init__(self):   # (a missing thread-local attribute costs an exception to read)
+        self.tape = None
+
+
+_local = _Local()
+_NEW = object.__new__
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
 
 
@@ -115,37 +121,62 @@ class Tape:
     def push(self, op, attrs, inputs, out_types, piece):
         """Record a deferred node (tracer/deferred.py) of ``op`` on the Tensors ``inputs``:
         its ``GradFn`` is built from the same pass over the inputs that wires its entry
-        (the hot path of a tensor-mode step; ``add`` takes a node already built). Returns
+        (the hot path of a tensor-mode step, written out flat: every call saved here is
+        saved on every op of every step; ``add`` takes a node already built). Returns
         the GradFn (its ``site``, ``versions`` and ``_out`` are the caller's to set), or
         None when there is nothing to defer: no input requires grad, an input is an
         inference tensor, or the tape is (or, meeting an input it cannot describe, gets)
         broken."""
-        n = self._room()
-        if n is None:
+        if self.broken:
             return None
-        edges, in_versions, refs = [], [], []
-        record, gen = False, self.gen
+        n = len(self.parts)
+        if n >= self.trim_at or n >= LIMIT:
+            n = self._room()
+            if n is None:
+                return None
+        record = False   # (checked first: the pass below changes the tape)
         for t in inputs:
             if t._inference:   # the eager path raises torch's error
                 return None
+            if t._requires_grad:   # (a recorded input always does)
+                record = True
+        if not record:
+            return None
+        edges, in_versions, refs = [], [], []
+        gen, fed = self.gen, self.fed
+        for t in inputs:
             src = t.grad_fn
             if src is None:
-                record = record or t._requires_grad
+                v = t._box[0]
                 edges.append(t)
-                in_versions.append(t._box[0])
-                refs.append(None)
+                in_versions.append(v)
+                slot = self.slots.get(id(t))
+                if slot is None:
+                    slot = self.slots[id(t)] = len(self.leaves)
+                    self.leaves.append(weakref.ref(t))
+                self.uses.append((slot, v, n))
+                refs.append(slot)
             elif src._tgen != gen:
                 self.clear()
                 return None
             else:
-                record = True
-                edges.append((src, t._index))
+                i, p = t._index, src._tpos
+                edges.append((src, i))
                 in_versions.append(None)
-                refs.append((src._tpos, t._index))
-        if not record:
-            return None
-        fn = GradFn.pending(op, attrs, edges, in_versions, out_types, None, piece)
-        self._enter(fn, piece, edges, in_versions, refs, n)
+                refs.append((p, i))
+                if not fed[p]:
+                    fed[p] = True
+                    self.open -= 1
+        fn = _NEW(GradFn)
+        fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (
+            op, attrs, edges, in_versions, out_types, piece)
+        fn.out_data, fn.seq, fn.freed, fn.hooks, fn.retains, fn.ctx, fn.boundary = (
+            None, next(_seq), False, None, None, None, None)
+        fn._tgen, fn._tpos = gen, n
+        self.parts.append((piece, tuple(refs)))
+        self.fns.append(weakref.ref(fn))
+        fed.append(False)
+        self.open += 1
         return fn
 
     def _room(self):
@@ -246,7 +277,7 @@ class Taken:
 
 
 def current():
-    tape = getattr(_local, "tape", None)
+    tape = _local.tape
     if tape is None:
         tape = _local.tape = Tape()
     return tape
@@ -254,7 +285,7 @@ def current():
 
 def flush():
     """Compute the deferred nodes on this thread's tape (before an in-place write)."""
-    tape = getattr(_local, "tape", None)
+    tape = _local.tape
     if tape is not None:
         tape.flush()
 

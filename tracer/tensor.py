@@ -22,11 +22,14 @@ Contract
 """
 from __future__ import annotations
 
+import itertools
 import weakref
+from weakref import ref as _weakref
 
 import numpy as np
 
 from gradjit.tracer import tape
+from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer.gradfn import GradFn, HookHandle
 from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
                                      compute_pending)
@@ -40,7 +43,7 @@ from gradjit.tracer.tensor_inplace import InplaceMethods
 
 class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
     __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
-                 "_inference", "__weakref__")
+                 "_inference", "_ty", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
     _cuda = None    # set by gradjit.runtime: gradjit.runtime.cuda (device arrays, eager ops)
 
@@ -53,6 +56,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         self._hooks = None
         self._box = box if box is not None else [0]  # version counter, shared by aliases
         self._inference = is_inference_mode_enabled()
+        self._ty = None   # a pending Tensor's type token (_SEEN's keys)
         if requires_grad:
             self.requires_grad = True
 
@@ -195,16 +199,19 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         # The hot path: CPU tensors whose op, types and attributes were seen before skip
         # argument binding and shape inference (the cache holds their results) and are
         # recorded inline. Keep it lean: it runs once per op of every eager step.
+        # The key: the op, each input's type (a pending input's type token, else its
+        # array's shape and dtype: an int never equals a tuple, so the forms cannot
+        # collide) and the attributes.
         key = [op_name]
         pending = False
         for x in inputs:
-            if not isinstance(x, Tensor):
+            if x.__class__ is not Tensor:
                 return cls._finish(*_compute(op_name, inputs, attrs))
             d = x._data
-            if d is None:   # deferred: its types are recorded
-                key += x.grad_fn.out_types[x._index]
+            if d is None:   # deferred: its type is recorded
+                key.append(x._ty)
                 pending = True
-            elif type(d) is not np.ndarray:
+            elif d.__class__ is not np.ndarray:
                 return cls._finish(*_compute(op_name, inputs, attrs))
             else:
                 key += (d.shape, d.dtype)
@@ -222,7 +229,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                 done = _compute(op_name, inputs, attrs)
                 _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]),
-                              _deferrable(op, done[5]))
+                              _deferrable(op, done[5]) and _type_token(done[5][0]))
                 return cls._finish(*done)
             # Deferrable: only the types are needed now (their inference reads no values,
             # so pending inputs stand in as zero-size broadcasts of their types).
@@ -231,11 +238,18 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                                   np.broadcast_to(np.zeros((), t.dtype), t.shape)
                                   for t in inputs], bound)
             hit = _SEEN[key] = (op, bound, out_types, tape.key_of(op.name, bound, out_types),
-                                _deferrable(op, out_types))
-        op, attrs, out_types, piece, deferrable = hit
-        if deferrable and _DEFER[0]:
-            t = cls._defer(op, attrs, inputs, out_types, piece)
-            if t is not None:
+                                _deferrable(op, out_types) and _type_token(out_types[0]))
+        op, attrs, out_types, piece, ty = hit
+        if ty and _DEFER[0] and _modes.enabled:
+            fn = (_tape_local.tape or tape.current()).push(
+                op.name, attrs, inputs, out_types, piece)
+            if fn is not None:   # recorded, pending (inline: the hot path of a step)
+                fn.site = user_site(2)   # (from _apply's caller: only gradjit calls _apply)
+                t = _NEW(Tensor)
+                t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
+                t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
+                fn.versions = [(t._box, 0)]
+                fn._out = _weakref(t)
                 return t
         tok = _quiet()
         try:
@@ -265,23 +279,6 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         else:
             t.grad_fn, t._requires_grad = None, False
         fn.versions = [(t._box, 0)]
-        return t
-
-    @classmethod
-    def _defer(cls, op, attrs, inputs, out_types, piece):
-        """Record the op without running it (tracer/deferred.py); None when it must run.
-        The hot path of a tensor-mode step: the tape builds node and entry in one pass
-        (``Tape.push``), no general constructors."""
-        if not getattr(_modes, "enabled", True):
-            return None
-        tp = getattr(tape._local, "tape", None) or tape.current()
-        fn = tp.push(op.name, attrs, inputs, out_types, piece)
-        if fn is None:
-            return None
-        fn.site = user_site(3)   # (from _apply's caller: only gradjit calls the private _apply)
-        t = _recorded(None, fn)
-        fn.versions = [(t._box, 0)]
-        fn._out = weakref.ref(t)
         return t
 
     @classmethod
@@ -317,8 +314,19 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         return self
 
 
-_SEEN = {}   # (op, input shapes and dtypes, attributes) -> (op, attrs, output types, key
-#              piece, deferrable)
+_SEEN = {}   # (op, input types, attributes) -> (op, attrs, output types, key piece, the
+#              output's type token if the op is deferrable, else False)
+_TYPES = {}  # (shape, dtype) -> type token: a pending Tensor's type in _SEEN's keys
+_type_ids = itertools.count(1)   # (never reused: dropping _TYPES cannot alias two types)
+
+
+def _type_token(out_type):
+    i = _TYPES.get(out_type)
+    if i is None:
+        if len(_TYPES) >= 65536:
+            _TYPES.clear()
+        i = _TYPES[out_type] = next(_type_ids)
+    return i
 
 
 def _deferrable(op, out_types):
@@ -331,7 +339,8 @@ def _recorded(data, fn):
     general constructor (a fifth of its cost): the recording and backward hot paths."""
     t = _NEW(Tensor)
     t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, fn, 0, fn is not None
-    t._hooks, t._box, t._inference = None, [0], getattr(_modes, "inference", False)
+    t._hooks, t._box, t._inference = None, [0], _modes.inference
+    t._ty = None
     return t
 
 
