@@ -78,13 +78,29 @@ def _accumulate(t, g):
             t.grad = Tensor(np.array(g)) if t.grad is None else Tensor(t.grad.data + g)
 
 
+_UNTRIED = object()   # backward's _fast_key: the fast path was not tried yet
+
+
+def tensor_backward(t, gradient, retain_graph, create_graph, inputs):
+    """``Tensor.backward``: a plain ``loss.backward()`` of a deferred step tries the fast
+    path (runtime/fast_backward.py) before ``backward``'s argument handling."""
+    if (gradient is None and t._data is None and not retain_graph and not create_graph
+            and inputs is None):
+        fast_key = fast_backward(t)
+        if fast_key is True:
+            return
+        return backward([t], None, retain_graph, create_graph, inputs=None, _fast_key=fast_key)
+    backward([t], None if gradient is None else [gradient], retain_graph, create_graph,
+             inputs=inputs)
+
+
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
-             grad_variables=None, inputs=None):
-    fast_key = None
+             grad_variables=None, inputs=None, _fast_key=_UNTRIED):
+    fast_key = None if _fast_key is _UNTRIED else _fast_key
     root = tensors[0] if type(tensors) is list and len(tensors) == 1 else tensors
-    if (type(root) is Tensor and root._data is None and grad_tensors is None
-            and not retain_graph and not create_graph and grad_variables is None
-            and inputs is None):   # loss.backward() of a deferred step (runtime/fast_backward.py)
+    if (_fast_key is _UNTRIED and type(root) is Tensor and root._data is None
+            and grad_tensors is None and not retain_graph and not create_graph
+            and grad_variables is None and inputs is None):   # (runtime/fast_backward.py)
         fast_key = fast_backward(root)
         if fast_key is True:
             return

@@ -13,6 +13,7 @@ import pytest
 
 from gradjit.lowering.codegen_cpu import generate
 from gradjit.lowering.passes import optimize
+from gradjit.runtime.compiler import compile_graph
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.trace import trace
 
@@ -152,11 +153,23 @@ def test_reduction_absorbs_its_producers():
 
 
 def test_full_reduction_is_a_scalar_accumulator():
-    g = _graph("full_reduction", [np.ones((8, 16))], lambda x: x.exp().sum())
+    g = _graph("full_reduction", [np.ones((8, 16))], lambda x: (x * x + 1.0).sum())
     src = generate(g).source
     assert len(_loop_headers(src)) == 2
     assert "al.empty(" not in src and "al.full(" not in src, src
     assert "+=" in src
+
+
+def test_a_small_sum_beside_vector_math_is_stored_then_summed():
+    # a running sum would keep fm.exp scalar: the loop stores the summands in one block
+    # (sized to the space, not SPLIT_BLOCK) and al.total sums them after it
+    x = np.linspace(-2.0, 2.0, 8 * 16).reshape(8, 16)
+    g = _graph("vec_sum", [x], lambda x: x.exp().sum())
+    src = generate(g).source
+    assert "fm.exp(" in src and "al.total(" in src, src
+    assert re.search(r"s\d+ = al\.empty\(shp\d+|s\d+ = al\.empty\(\(np\.int64\(8\)", src), src
+    assert "4096" not in src, src
+    np.testing.assert_allclose(compile_graph(g)([x])[0], np.exp(x).sum(), rtol=1e-14)
 
 
 def test_matmul_calls_blas_and_fuses_the_epilogue():

@@ -55,10 +55,31 @@ def test_value_and_grad_of_a_large_loop(shape, dtype, rng):
     np.testing.assert_allclose(gw, (d * x).reshape(-1, shape[-1]).sum(0), rtol=tol * 10, atol=tol)
 
 
+def _plain(x, w):
+    return ((x * w) ** 2).sum() + (x * x + 1.0).sum()
+
+
 def test_small_loops_keep_their_running_sum(rng):
+    # no vector math in the loop: a running sum does not keep anything from vectorising
     x, w = rng.normal(size=(10, 20)), rng.normal(size=20)
-    src = gj.value_and_grad(_loss).graphs(x, w)[2]
+    src = gj.value_and_grad(_plain).graphs(x, w)[2]
     assert "al.total(" not in src and re.search(r"\br\d+ \+= ", src)
+    value, gx = gj.value_and_grad(_plain)(x, w)
+    assert float(value) == pytest.approx(((x * w) ** 2).sum() + (x * x + 1.0).sum(), rel=1e-13)
+    np.testing.assert_allclose(gx, 2 * x * w * w + 2 * x, rtol=1e-13)
+
+
+@pytest.mark.parametrize("n", [codegen_cpu.VEC_SUM_MIN - 1, codegen_cpu.VEC_SUM_MIN, 200])
+def test_small_loops_with_vector_math_store_then_sum(n, rng):
+    # a running sum would keep the loop's tanh/exp scalar: from VEC_SUM_MIN elements on, the
+    # summands are stored and al.total adds them after the loop
+    x = rng.normal(size=n)
+    w = rng.normal(size=n)
+    src = gj.value_and_grad(_loss).graphs(x, w)[2]
+    split = n >= codegen_cpu.VEC_SUM_MIN
+    assert ("al.total(" in src) == split
     value, gx = gj.value_and_grad(_loss)(x, w)
     t = np.tanh(x * w)
     assert float(value) == pytest.approx((t ** 2).sum() + np.exp(-x * x).sum(), rel=1e-13)
+    np.testing.assert_allclose(gx, 2 * t * (1 - t * t) * w - 2 * x * np.exp(-x * x), rtol=1e-12,
+                               atol=1e-14)
