@@ -156,7 +156,7 @@ def fast_backward(root):
     if len(live) > 1:   # tensors of this step the caller holds get their recorded values
         compute_pending(live[:-1] if live[-1] is fns[-1] else live)
     exe, feeds, direct, targets, shape, dtype = hit
-    tape._local.tape = tape.Tape()   # taken: the next step records afresh
+    tp.restart()   # taken: the next step records afresh
     res = None
     if direct is not None:   # scalars stay as Numba returns them: made arrays below
         try:

@@ -102,6 +102,21 @@ class Tape:
         self.broken = False
         self.trim_at = TRIM_MIN
 
+    def restart(self):
+        """Start over as a new tape would (a new generation, nothing recorded), reusing
+        this one's lists: the fast backward path (runtime/fast_backward.py) takes the
+        tape after every step, and a new Tape is nine objects to make and free."""
+        self.gen = next(_gens)
+        self.fns.clear()
+        self.parts.clear()
+        self.fed.clear()
+        self.slots.clear()
+        self.leaves.clear()
+        self.uses.clear()
+        self.open = 0
+        self.broken = False
+        self.trim_at = TRIM_MIN
+
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
         n = self._room()
