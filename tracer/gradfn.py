@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 
+from gradjit.tracer.registry import site_at
+
 _seq = itertools.count()
 _NEW = object.__new__
 
@@ -28,7 +30,7 @@ def _backward_name(op):
 class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
-    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "site", "freed",
+    __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "_site", "freed",
                  "hooks", "retains", "ctx", "versions", "in_versions", "_key", "boundary",
                  "_tgen", "_tpos", "_out", "__weakref__")
 
@@ -39,7 +41,7 @@ class GradFn:
 
     def _fill(self, op, attrs, edges, in_versions, out_types, out_data, site, key):
         self.op, self.attrs, self.edges = op, attrs, edges
-        self.out_types, self.out_data, self.site = out_types, out_data, site
+        self.out_types, self.out_data, self._site = out_types, out_data, site
         self.seq = next(_seq)
         self.freed = False
         self.hooks = None     # {output index: [hook, ...]}
@@ -51,6 +53,19 @@ class GradFn:
         self.boundary = None  # device copies: the leaf standing for this node on its device
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
         self._out = None      # deferred nodes: a weak reference to their output Tensor
+
+    @property
+    def site(self):
+        """The user's source line (a Site), or None. Tensor mode's hot path records a
+        ``registry.user_where`` pair instead, looked up here when first read."""
+        s = self._site
+        if s.__class__ is tuple:
+            s = self._site = site_at(s)
+        return s
+
+    @site.setter
+    def site(self, site):
+        self._site = site
 
     def name(self):
         if self.ctx is not None:

@@ -37,7 +37,7 @@ from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled, _state as _modes)
 from gradjit.tracer.device import canonical, is_device_array
-from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
+from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site, user_where
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
 from gradjit.tracer.tensor_inplace import InplaceMethods
 
@@ -243,7 +243,10 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             fn = (_tape_local.tape or tape.current()).push(
                 op.name, attrs, inputs, out_types, piece)
             if fn is not None:   # recorded, pending (inline: the hot path of a step)
-                fn.site = user_site(2)   # (from _apply's caller: only gradjit calls _apply)
+                # The user's line, looked up when read (GradFn.site); from _apply's caller's
+                # caller: only gradjit calls _apply, and making the frame objects of the
+                # frames skipped unseen is most of the walk's cost.
+                fn._site = user_where(3)
                 t = _NEW(Tensor)
                 t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
                 t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
@@ -270,7 +273,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         if inference:   # _finish raises torch's error
             return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
         fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
-                                     for t in inputs], out_types, [out], user_site())
+                                     for t in inputs], out_types, [out], user_where(3))
         fn._key = piece
         t = _recorded(out, fn)
         if out.dtype.kind == "f":

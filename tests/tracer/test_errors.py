@@ -133,6 +133,56 @@ def test_autograd_grad_non_scalar_without_gradient(interpreted):
     assert_names_line(ei, "y = x.exp()  # non-scalar-exp")
 
 
+def _line_of(marker):
+    with open(__file__) as f:
+        return next(i for i, ln in enumerate(f, 1) if marker in ln and "_line_of" not in ln)
+
+
+def _square_sum(t):
+    return (t * t).sum()  # helper-line
+
+
+def test_recorded_ops_name_the_users_line_from_every_entry_point(rng):
+    # tensor mode records each op's line as (code, offset) and looks it up when read
+    # (GradFn.site): each way into the front end starts its walk at another depth
+    x = gj.tensor(rng.normal(size=3), requires_grad=True)
+    ops = {
+        "operator": x * x,  # entry-operator
+        "reflected": 2.0 * x,  # entry-reflected
+        "ufunc": np.tanh(x),  # entry-ufunc
+        "method": x.sum(),  # entry-method
+        "helper": _square_sum(x),
+    }
+    ops["multiline"] = (x
+                        + 1.0)  # entry-multiline
+    lines = {"operator": "entry-operator", "reflected": "entry-reflected", "ufunc": "entry-ufunc",
+             "method": "entry-method", "helper": "helper-line", "multiline": "entry-multiline"}
+    for name, t in ops.items():
+        site = t.grad_fn.site
+        assert site is not None and os.path.basename(site.filename) == THIS_FILE, name
+        assert site.lineno == _line_of(lines[name]) or (   # (3.11 names the operator's line)
+            name == "multiline" and site.lineno == _line_of(lines[name]) - 1), (name, site.lineno)
+        assert t.grad_fn.site is site   # looked up once
+
+
+def test_an_op_called_from_c_with_no_python_caller_records_no_line(rng):
+    import _thread
+    import time
+    x = gj.tensor(rng.normal(size=3), requires_grad=True)
+    out = []
+    # list.extend and map are C: the new thread's stack holds no Python frame above
+    # x.__mul__, so the frames the line lookup skips do not exist
+    _thread.start_new_thread(out.extend, (map(x.__mul__, [x]),))
+    for _ in range(1000):
+        if out:
+            break
+        time.sleep(0.01)
+    assert out and out[0].grad_fn is not None
+    assert out[0].grad_fn.site is None
+    out[0].sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy())
+
+
 # -- Python control flow on traced values -------------------------------------------------
 @pytest.mark.parametrize("transform", [gj.jit, gj.grad], ids=["jit", "grad"])
 def test_python_if_on_traced_value(interpreted, transform):
