@@ -48,7 +48,7 @@ except AttributeError:   # another os.environ layout: the public way
 def _key(tp, root):
     """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
     does not hold exactly its history (the checks ``tape.take`` makes, without taking) or
-    a leaf has a hook. A key is (tape parts, leaf types, switches); a list of the parts,
+    a leaf has a hook or was written in place since its first use. A key is (tape parts, leaf types, switches); a list of the parts,
     not a tuple, so the one-entry memo in front of ``_FAST`` compares it without a copy."""
     fn = root.grad_fn
     if tp.open != 1 and not tp.broken:
@@ -58,9 +58,9 @@ def _key(tp, root):
         return None, None
     leaves = [r() for r in tp.leaves]
     types = []
-    for t in leaves:
-        if t is None or t._hooks:
-            return None, None
+    for t, v in zip(leaves, tp.first):
+        if t is None or t._hooks or t._box[0] != v:
+            return None, None   # (a leaf written in place since: the general path raises)
         d = t._data
         types.append((d.shape, d.dtype, t._requires_grad))
     return [tp.parts, types, _switches()], leaves
@@ -143,9 +143,6 @@ def fast_backward(root):
     hit = _lookup(k)
     if hit is None:
         return k
-    for slot, version, _ in tp.uses:
-        if leaves[slot]._box[0] != version:
-            return None   # the general path raises torch's error
     fns = [r() for r in tp.fns]
     live = []
     for f in fns:

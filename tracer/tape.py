@@ -90,8 +90,8 @@ def fn_key(fn):
 
 
 class Tape:
-    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "uses", "broken",
-                 "trim_at")
+    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "uses",
+                 "broken", "trim_at")
 
     def __init__(self):
         self.gen = next(_gens)
@@ -99,6 +99,8 @@ class Tape:
         self.open = 0            # entries no later entry reads
         self.slots, self.leaves = {}, []   # id(leaf) -> slot; weak refs by slot
         self.uses = []           # (slot, version when used, entry) of every leaf use
+        self.first = []          # by slot: the leaf's version at its first use (versions
+        #                          only grow: every use saw the current one iff the first did)
         self.broken = False
         self.trim_at = TRIM_MIN
 
@@ -113,6 +115,7 @@ class Tape:
         self.slots.clear()
         self.leaves.clear()
         self.uses.clear()
+        self.first.clear()
         self.open = 0
         self.broken = False
         self.trim_at = TRIM_MIN
@@ -169,6 +172,7 @@ class Tape:
                 if slot is None:
                     slot = self.slots[id(t)] = len(self.leaves)
                     self.leaves.append(weakref.ref(t))
+                    self.first.append(v)
                 self.uses.append((slot, v, n))
                 refs.append(slot)
             elif src._tgen != gen:
@@ -218,6 +222,8 @@ class Tape:
                 if slot is None:
                     slot = self.slots[id(e)] = len(self.leaves)
                     self.leaves.append(weakref.ref(e))
+                    v = in_versions[i]
+                    self.first.append(e._box[0] if v is None else v)
                 if in_versions[i] is not None:
                     self.uses.append((slot, in_versions[i], n))
                 refs[i] = slot
@@ -241,7 +247,7 @@ class Tape:
         alive = [(p, f) for p, f in enumerate(r() for r in self.fns) if f is not None]
         if len(alive) < n:
             pos = {p: q for q, (p, _) in enumerate(alive)}
-            new_slot, leaves, slots, parts = {}, [], {}, []
+            new_slot, leaves, slots, parts, first = {}, [], {}, [], []
             fed = [False] * len(alive)
             for p, _ in alive:
                 piece, refs = self.parts[p]
@@ -256,6 +262,7 @@ class Tape:
                     if s is None:
                         s = new_slot[r] = len(leaves)
                         leaves.append(self.leaves[r])
+                        first.append(self.first[r])   # (no later than the kept uses)
                         t = self.leaves[r]()
                         if t is not None:
                             slots[id(t)] = s
@@ -263,6 +270,7 @@ class Tape:
                 parts.append((piece, tuple(out)))
             self.uses = [(new_slot[s], v, pos[e]) for s, v, e in self.uses if e in pos]
             self.parts, self.leaves, self.slots, self.fed = parts, leaves, slots, fed
+            self.first = first
             self.fns = [self.fns[p] for p, _ in alive]
             self.open = fed.count(False)
             for q, (_, f) in enumerate(alive):
@@ -276,6 +284,7 @@ class Tape:
         self.broken = True
         self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves, self.uses = [], [], [], {}, [], []
+        self.first = []
         return False
 
     def flush(self):

@@ -124,6 +124,21 @@ def test_what_the_fast_path_leaves_to_the_general_one(rng, fast, monkeypatch):
         w.mul_(1.5)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+    # ... and between two uses in one step of a known structure: the later use saw the
+    # new version, the first (whose saved value the backward needs) the old one
+    def two_uses(write):
+        loss = (w * w).sum()
+        if write:
+            with gj.no_grad():
+                w.mul_(1.0)
+        return loss + (x * w).sum()
+    for _ in range(2):
+        w.grad = None
+        two_uses(False).backward()
+    assert fast[0] == n + 1
+    n = fast[0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        two_uses(True).backward()
     # anomaly mode runs node by node
     with gj.autograd.detect_anomaly():
         w.grad = None

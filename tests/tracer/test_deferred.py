@@ -277,6 +277,10 @@ def test_trim_renumbers_what_stays(rng, monkeypatch):
     monkeypatch.setattr(tape, "TRIM_MIN", 6)
     tape.take([])
     x, w, b = _leaves(rng)
+    with gj.no_grad():                        # versions: b 2, w 1, x 0
+        b.add_(0.0)
+        b.add_(0.0)
+        w.add_(0.0)
     (x * w).sum()                             # dead at once
     y = b * b                                 # alive; its leaf b is met first once trimmed
     (y * x).sum()                             # dead: y's only reader
@@ -287,6 +291,7 @@ def test_trim_renumbers_what_stays(rng, monkeypatch):
     assert [r() for r in tp.fns][0] is y.grad_fn and y.grad_fn._tpos == 0
     assert tp.parts[1][1] == ((0, 0), 1) and [r() for r in tp.leaves] == [b, w, x]
     assert [(s, e) for s, _, e in tp.uses] == [(0, 0), (0, 0), (1, 1), (2, 2), (1, 2)]
+    assert tp.first == [2, 1, 0]   # each kept leaf's version when first used, by new slot
     z.backward()
     np.testing.assert_allclose(w.grad.data, (b.data ** 2 + x.data).sum(0), rtol=1e-13)
     np.testing.assert_allclose(b.grad.data, 2 * b.data * w.data.sum() * 4, rtol=1e-13)
