@@ -48,8 +48,9 @@ except AttributeError:   # another os.environ layout: the public way
 def _key(tp, root):
     """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
     does not hold exactly its history (the checks ``tape.take`` makes, without taking) or
-    a leaf has a hook or was written in place since its first use. A key is (tape parts, leaf types, switches); a list of the parts,
-    not a tuple, so the one-entry memo in front of ``_FAST`` compares it without a copy."""
+    a leaf has a hook or was written in place since its first use. A key is (tape parts,
+    leaf types, switches); a list of the parts, not a tuple, so the one-entry memo in
+    front of ``_FAST`` compares it without a copy."""
     fn = root.grad_fn
     if tp.open != 1 and not tp.broken:
         tp.trim()   # dead side computations leave entries open (as tape.take)

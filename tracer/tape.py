@@ -37,6 +37,8 @@ from gradjit.tracer.ir import _key_attr
 LIMIT = 200_000
 TRIM_MIN = 4096   # entries before the first look for dead ones (``Tape.trim``)
 _gens = itertools.count(1)   # generation numbers, unique across threads
+
+
 class _Local(threading.local):
     def __init__(self):   # (a missing thread-local attribute costs an exception to read)
         self.tape = None
