@@ -165,7 +165,7 @@ def fast_backward(root):
         res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
     value = res[0]
     if value.__class__ is not np.ndarray or value.dtype != dtype:
-        value = np.asarray(value, dtype)
+        value = np.array(value, dtype)   # (a 0-d result is a scalar; faster than asarray)
     root._data = value if value.shape == shape else value.reshape(shape)
     for f in fns:
         f.out_data, f.freed = None, True
