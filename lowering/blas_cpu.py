@@ -44,3 +44,32 @@ def mv(a, b):
 @jit
 def vm(a, b):
     return np.dot(np.ascontiguousarray(a).reshape(a.shape[1]), b).reshape((1, b.shape[1]))
+
+
+# Row passes (lowering/schedule_rows.py): one pass over a matrix's rows does the work of
+# a gemv and a transposed gemv. The dot product may reassociate (as BLAS does): without
+# it the sum is one chain of dependent adds, which does not vectorise.
+@numba.njit(cache=True, error_model="numpy", forceinline=True, fastmath={"reassoc", "contract"})
+def rowdot(m, i, x):
+    """sum_j m[i, j] * x[j, 0], in m's dtype."""
+    s = m.dtype.type(0)   # (starting from the first product instead costs 10% in W5)
+    for j in range(m.shape[1]):
+        s += m[i, j] * x[j, 0]
+    return s
+
+
+@jit
+def rowaxpy(p, r, m, i):
+    """p += r * m[i, :]."""
+    for j in range(m.shape[1]):
+        p[j] += r * m[i, j]
+
+
+@jit
+def colsum(p):
+    """The sum of p's rows (per-block partial products), in block order."""
+    out = p[0].copy()
+    for b in range(1, p.shape[0]):
+        for j in range(p.shape[1]):
+            out[j] += p[b, j]
+    return out

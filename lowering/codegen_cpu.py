@@ -30,6 +30,9 @@ Contract
 - One loop nest per ``Loop`` of the schedule; ``prange`` on the outer loop only
   when the loop is large (``PARALLEL_MIN`` elements) and no reduction there
   races; ``parallel=True`` is set only when some loop uses it.
+- A loop that carries a row pass (``Loop.rows``, ``schedule_rows.py``) runs over
+  blocks of the matrix's rows, in parallel, in a function of its own; its extra
+  lines come from ``codegen_cpu_rows.py``.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, hoist_shapes, sha
 from gradjit.lowering.codegen_cpu_math import FAST_OPS, fast_fn, math_expr
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
+from gradjit.lowering.codegen_cpu_rows import rows_axpy, rows_block, rows_dot, rows_end, rows_start
 from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
 from gradjit.lowering.schedule import (REDUCTIONS, Loop, reduced_dims, schedule, unit_map,
                                       unit_view)
@@ -247,8 +251,10 @@ def _loop(e, loop, inline, generic=False):
     r = len(space)
     regs = {}
     vec = _vector_math(e, loop)
-    # Not with a split sum: its block arithmetic is written with the extents' values.
-    generic = generic and not any(_split_sum(n, space, vec) for n in loop.reductions)
+    rp = loop.rows   # a row pass (lowering/schedule_rows.py): blocks of rows, in parallel
+    # Not with a split sum or a row pass: their blocks are written with the extents' values.
+    generic = generic and rp is None and not any(_split_sum(n, space, vec)
+                                                 for n in loop.reductions)
     src = extent_sources(loop, inline) if generic else [None] * r
     ext = [str(space[d]) if src[d] is None else f"n{d}" for d in range(r)]
 
@@ -302,25 +308,29 @@ def _loop(e, loop, inline, generic=False):
     # The outer loop runs over the first dim that is not 1 (size-1 dims get no loop, below):
     # a (1, n) space, e.g. a (1, n) and an (n,) value in one loop (unit_views), is parallel too
     d0 = next((d for d in range(r) if space[d] != 1), 0)
-    par = (size >= PARALLEL_MIN and r > 0 and space[d0] > 1
+    par = ((size >= PARALLEL_MIN or rp is not None) and r > 0 and space[d0] > 1
            and not any(d0 in reduced_dims(n) for n in array_red)
            and all(n.op == "sum.default" for n in scalar_red))
     e.parallel |= par
     rng0 = "prange" if par else "range"
     j = rows = rest = 0
-    if split:   # blocks along dim j, the first whose trailing dims fit in a block
+    blocked = bool(split) or rp is not None
+    if rp is not None:   # blocks of rows of the matrix (the space's one dim that is not 1)
+        j, rest = d0, 1
+        rows = rows_start(e, rp, space[j], SPLIT_BLOCK)
+    elif split:   # blocks along dim j, the first whose trailing dims fit in a block
         j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
         rest = int(np.prod(space[j + 1:]))
         rows = min(max(1, SPLIT_BLOCK // rest), space[j])   # (a small space: one block)
     # Size-1 dims get no loop (index 0): a one-trip range loop is a dozen Numba IR
     # instructions to type and lower for nothing (RNN steps are (1, hidden) loops).
-    loops = [d for d in range(r) if space[d] != 1 or (split and d == j)]
+    loops = [d for d in range(r) if space[d] != 1 or (blocked and d == j)]
     fixed = set(range(r)) - set(loops)
     ix = (lambda d: "0" if d in fixed else f"i{d}")   # noqa: E731
     depth = 1
     for d in loops:
         rng = rng0 if d == d0 else "range"
-        if split and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
+        if blocked and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
             e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
             e.emit(depth + 1, f"lo0 = b0 * {rows}")
             # (a branch, not min(): Numba compiles its min overload in every process)
@@ -329,6 +339,8 @@ def _loop(e, loop, inline, generic=False):
                 buf = (rows,) + tuple(space[d + 1:])
                 e.emit(depth + 1, f"s{n.outputs[0].id} = al.empty({shape_arg(buf)}, "
                                   f"{_np_dtype(n.inputs[0].dtype)})")
+            if rp is not None:
+                rows_block(e, rp, depth + 1)
             depth += 1
             block = depth   # the per-block sums go here, after the block's loops
             e.emit(depth, f"for i{d} in range(lo0, hi0):")
@@ -336,6 +348,8 @@ def _loop(e, loop, inline, generic=False):
             e.emit(depth, f"for i{d} in {rng}({ext[d]}):")
         depth += 1
     inner = len(e.lines) - 1   # the innermost 'for' line: hoisted reads go before it
+    if rp is not None:
+        rows_dot(e, rp, depth, f"i{j}", regs)
     for n in loop.nodes:
         out = n.outputs[0]
         # (an elementwise member of another shape reads its inputs against its own shape)
@@ -363,6 +377,8 @@ def _loop(e, loop, inline, generic=False):
         tgt = f"v{v.id}[{', '.join('0' if d is None else ix(d) for d in dims)}]" if v.ndim \
             else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
+    if rp is not None:
+        rows_axpy(e, rp, depth, f"i{j}", regs)
     for n in split:
         k = n.outputs[0].id
         e.emit(block, f"r{k} += al.total(al.reshape(s{k}, {shape_arg([rows * rest])}), (hi0 - lo0) * {rest})")
@@ -373,6 +389,8 @@ def _loop(e, loop, inline, generic=False):
             e.emit(1, f"v{out.id} = al.full({shape_arg(out.shape)}, {val}, {_np_dtype(out.dtype)})", n)
         else:
             e.emit(1, f"v{out.id} = {val}", n)
+    if rp is not None:
+        rows_end(e, rp)
 
 
 _STAMPS = {}
@@ -399,7 +417,7 @@ def helper_stamps(import_lines):
 def generate(graph, name="entry", pack_inputs=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
-    steps, inline = schedule(graph, unit_views=True)
+    steps, inline = schedule(graph, unit_views=True, row_passes=True)
     rolls = len(steps) >= ROLL_MIN_STEPS
     outliner = Outliner() if rolls else None
     # Without rolling, every loop is outlined when there are this many (see below).
@@ -417,7 +435,12 @@ def generate(graph, name="entry", pack_inputs=False):
             stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
         block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop))
-        if big:
+        if isinstance(step, Loop) and step.rows is not None:
+            # A row pass runs in parallel: in a function of its own, Numba's parallel
+            # compile (several times a serial one) covers only it, not the whole entry.
+            outliner = outliner or Outliner()
+            block = Block([outliner.call(block.lines, block.parallel)], defs, False, True, True)
+        elif big:
             # A loop of an unrolled Python loop's step, called from the rolled loop: LLVM
             # vectorises it in a small function of its own, not inside the large entry
             # (W4: 183 -> 136 us per gradient, +0.26 s of compile).

@@ -26,6 +26,9 @@ Contract
   view of an earlier loop's register stays a statement, a view not a copy). A
   member's array dims map to the loop's by the order of their non-1 dims
   (``unit_map``); reductions still need their exact space.
+- ``row_passes=True`` (the CPU generator) fuses a matrix-vector product, the loop
+  over its result and the transposed product back into one pass over the matrix's
+  rows (``schedule_rows.py``: ``Loop.rows``).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class Loop:
     nodes: list = field(default_factory=list)
     stores: list = field(default_factory=list)      # member values written to arrays
     members: set = field(default_factory=set)       # values computed in this loop
+    rows: object = None   # a RowPass fused in (schedule_rows.py; CPU only), else None
 
     @property
     def reductions(self):
@@ -145,7 +149,7 @@ def _inline_constants(graph):
     return inline, dead
 
 
-def schedule(graph, unit_views=False):
+def schedule(graph, unit_views=False, row_passes=False):
     inline, dead = _inline_constants(graph)
     same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
         lambda a, b: a == b)
@@ -204,4 +208,7 @@ def schedule(graph, unit_views=False):
         loop = elementwise_in.get(v)
         if loop is not None and v not in loop.stores:
             loop.stores.append(v)
+    if row_passes:
+        from gradjit.lowering.schedule_rows import row_passes as fuse_rows
+        steps = fuse_rows(steps, graph)
     return steps, inline
