@@ -121,3 +121,12 @@ def test_row_helpers(rng):
     blas_cpu.rowaxpy(p, 2.5, m, 1)
     np.testing.assert_array_equal(p, 2.5 * m[1])
     np.testing.assert_allclose(blas_cpu.colsum(m[[0, 1, 3, 4]]), m[[0, 1, 3, 4]].sum(0), rtol=1e-14)
+
+
+def test_second_order_hessian_vector_product(rng):
+    # d/dw (grad(w) . v) = H v = 2 X.T (X v) / n + 2e-3 v: itself a row pass
+    X, y = rng.normal(size=(3000, 90)), rng.normal(size=3000)
+    w, v = rng.normal(size=90), rng.normal(size=90)
+    hvp = gj.grad(lambda w, X, y, v: (gj.grad(_least_squares)(w, X, y) * v).sum())
+    assert _fused(hvp.graphs(w, X, y, v)[2]) == (1, 0)
+    np.testing.assert_allclose(hvp(w, X, y, v), 2 * X.T @ (X @ v) / 3000 + 2e-3 * v, rtol=1e-11)
