@@ -147,23 +147,34 @@ def _dead_views(steps, outputs):
         steps = [s for s in steps if s not in dead]
 
 
+def _candidate(step):
+    """A product large enough to start a row pass (cheap: checked on every step, so a
+    graph of a thousand steps (an unrolled RNN) pays nothing for the analysis)."""
+    return isinstance(step, Stmt) and step.node.op == "mm.default" and any(
+        v.ndim == 2 and v.shape[0] * v.shape[1] >= ROW_PASS_MIN for v in step.node.inputs)
+
+
 def row_passes(steps, graph):
     """``steps`` with each row pass found fused into its loop (see the contract)."""
     outputs = set(graph.outputs)
+    readers = None   # built when a candidate needs it, again after each fusion
     i = 0
     while i < len(steps):
-        st = steps[i]
-        found = _match(steps, _readers(steps), outputs, i) if isinstance(st, Stmt) else None
+        if not _candidate(steps[i]):
+            i += 1
+            continue
+        readers = readers or _readers(steps)
+        found = _match(steps, readers, outputs, i)
         if found is None:
             i += 1
             continue
         loop, rp, drop = found
         loop.rows = rp
         steps = _dead_views([s for s in steps if s not in drop], outputs)
+        readers = _readers(steps)
         # c was stored for the product's view; the pass reads its register instead.
         c = rp.source
-        if c in loop.stores and c not in outputs and all(
-                st is loop for st in _readers(steps).get(c, [])):
+        if c in loop.stores and c not in outputs and all(st is loop for st in readers.get(c, [])):
             loop.stores.remove(c)
         i = 0
     return steps
