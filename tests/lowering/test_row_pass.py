@@ -130,3 +130,22 @@ def test_second_order_hessian_vector_product(rng):
     hvp = gj.grad(lambda w, X, y, v: (gj.grad(_least_squares)(w, X, y) * v).sum())
     assert _fused(hvp.graphs(w, X, y, v)[2]) == (1, 0)
     np.testing.assert_allclose(hvp(w, X, y, v), 2 * X.T @ (X @ v) / 3000 + 2e-3 * v, rtol=1e-11)
+
+
+def test_graphs_without_large_products_skip_the_analysis(rng, monkeypatch):
+    # the analysis runs per candidate product, not per step: an unrolled RNN's thousand
+    # steps of small products must not pay for a map of every step's readers each
+    from gradjit.lowering import schedule_rows
+    calls = []
+    real = schedule_rows._readers
+    monkeypatch.setattr(schedule_rows, "_readers", lambda steps: calls.append(1) or real(steps))
+
+    def rnn(Wh, h, *xs):
+        for x in xs:
+            h = np.tanh(x + h @ Wh)
+        return (h * h).sum()
+    Wh, h = 0.1 * rng.normal(size=(16, 16)), rng.normal(size=(1, 16))
+    xs = [rng.normal(size=(1, 16)) for _ in range(40)]
+    g = gj.grad(rnn)
+    assert "rolled:" in g.graphs(Wh, h, *xs)[2]
+    assert calls == []
