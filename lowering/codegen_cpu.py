@@ -295,10 +295,8 @@ def _loop(e, loop, inline, generic=False):
             # running sum would keep the whole loop from vectorising; a block, not the
             # whole space, keeps the buffer in cache and the peak memory flat.
             split.append(n)
-            e.emit(1, f"r{out.id} = 0.0")
         elif len(dims) == r:
             scalar_red.append(n)
-            e.emit(1, f"r{out.id} = {_acc_init(n)}")
         else:
             array_red.append(n)
             fill = _acc_init(n)
@@ -322,6 +320,16 @@ def _loop(e, loop, inline, generic=False):
         j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
         rest = int(np.prod(space[j + 1:]))
         rows = min(max(1, SPLIT_BLOCK // rest), space[j])   # (a small space: one block)
+    # Blocks run in parallel (prange over them): each full reduction keeps one partial per
+    # block, summed in block order after the loop. A running total would be Numba's
+    # parallel reduction: more to compile (W5: 0.15 s) and a result that varies with the
+    # number of threads.
+    nblocks = -(-space[j] // rows) if blocked else 0
+    partial = par and blocked and j == d0
+    for n in split + scalar_red:
+        init = _acc_init(n) if n in scalar_red else "0.0"
+        e.emit(1, f"r{n.outputs[0].id} = " + (f"al.zeros({shape_arg([nblocks])}, np.float64)"
+                                              if partial else init))
     # Size-1 dims get no loop (index 0): a one-trip range loop is a dozen Numba IR
     # instructions to type and lower for nothing (RNN steps are (1, hidden) loops).
     loops = [d for d in range(r) if space[d] != 1 or (blocked and d == j)]
@@ -341,6 +349,8 @@ def _loop(e, loop, inline, generic=False):
                                   f"{_np_dtype(n.inputs[0].dtype)})")
             if rp is not None:
                 rows_block(e, rp, depth + 1)
+            for n in scalar_red if partial else ():
+                e.emit(depth + 1, f"s{n.outputs[0].id} = {_acc_init(n)}")
             depth += 1
             block = depth   # the per-block sums go here, after the block's loops
             e.emit(depth, f"for i{d} in range(lo0, hi0):")
@@ -358,7 +368,7 @@ def _loop(e, loop, inline, generic=False):
             idx = ", ".join([f"i{j} - lo0"] + [ix(d) for d in range(j + 1, r)])
             e.emit(depth, f"s{out.id}[{idx}] = {x}", n)
         elif n in scalar_red:
-            e.emit(depth, _acc_update(n, f"r{out.id}", x), n)
+            e.emit(depth, _acc_update(n, f"{'s' if partial else 'r'}{out.id}", x), n)
         elif n in array_red:
             dims = reduced_dims(n)
             keep = n.attrs.get("keepdim", False)
@@ -381,10 +391,14 @@ def _loop(e, loop, inline, generic=False):
         rows_axpy(e, rp, depth, f"i{j}", regs)
     for n in split:
         k = n.outputs[0].id
-        e.emit(block, f"r{k} += al.total(al.reshape(s{k}, {shape_arg([rows * rest])}), (hi0 - lo0) * {rest})")
+        tot = f"al.total(al.reshape(s{k}, {shape_arg([rows * rest])}), (hi0 - lo0) * {rest})"
+        e.emit(block, f"r{k}[b0] = {tot}" if partial else f"r{k} += {tot}")
+    for n in scalar_red if partial else ():
+        e.emit(block, f"r{n.outputs[0].id}[b0] = s{n.outputs[0].id}")
     for n in scalar_red + split:
         out = n.outputs[0]
-        val = f"{_np_dtype(out.dtype)}(r{out.id})"
+        acc = f"al.total(r{out.id}, {nblocks})" if partial else f"r{out.id}"
+        val = f"{_np_dtype(out.dtype)}({acc})"
         if out.ndim:  # keepdim over every dim
             e.emit(1, f"v{out.id} = al.full({shape_arg(out.shape)}, {val}, {_np_dtype(out.dtype)})", n)
         else:

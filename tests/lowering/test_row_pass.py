@@ -149,3 +149,21 @@ def test_graphs_without_large_products_skip_the_analysis(rng, monkeypatch):
     g = gj.grad(rnn)
     assert "rolled:" in g.graphs(Wh, h, *xs)[2]
     assert calls == []
+
+
+@pytest.mark.parametrize("f", [_least_squares, _logistic])   # a running sum, a stored one
+def test_results_do_not_depend_on_the_thread_count(f, rng):
+    # sums over parallel blocks are kept per block and added in block order
+    import numba
+    X, w = rng.normal(size=(6000, 70)), 0.1 * rng.normal(size=70)
+    y = np.where(rng.random(6000) > 0.5, 1.0, -1.0)
+    vg = gj.value_and_grad(f)
+    value, grad = vg(w, X, y)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        value1, grad1 = vg(w, X, y)
+    finally:
+        numba.set_num_threads(threads)
+    assert float(value1) == float(value)
+    np.testing.assert_array_equal(grad1, grad)
