@@ -4,7 +4,7 @@ Contract
 - ``math_expr(node, a, e) -> str | None``: the scalar expression of one
   elementwise node of ``tracer/ops_math.py`` given its input expressions
   ``a`` (register names or array reads; they may appear more than once), or
-  ``None`` when the op is not in this family. ``codegen_cpu._expr`` asks here
+  ``None`` when the op is not in this family. ``codegen_cpu_expr._expr`` asks here
   first, so every op keeps joining the surrounding fused loop.
 - Scalar attributes (bounds, eps, decimals' scale) are ``consts`` slots
   (``e.const``), never literals; small structural numbers of an op's
@@ -16,7 +16,7 @@ Contract
   ``lowering/fastmath_cpu.py`` (``fm.<name>_f32`` for float32) to call instead
   of ``math.<name>`` when the emitter's ``fast_math`` is on (the CPU emitter's
   default; off for CUDA and under ``GRADJIT_FAST_MATH=0``) and ``name`` is in
-  ``FAST_OPS``; else ``None``. ``codegen_cpu._expr`` uses it too.
+  ``FAST_OPS``; else ``None``. ``codegen_cpu_expr._expr`` uses it too.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Contract
 - The schedule is the CPU generator's (``lowering/schedule.py``): targets
   only render. A ``Loop`` becomes grid-stride kernels over its flat index
   space (the multi-index is unravelled in registers), with the same scalar
-  expressions as the CPU (``codegen_cpu._expr``, scalar libm math: on a GPU
+  expressions as the CPU (``codegen_cpu_expr._expr``, scalar libm math: on a GPU
   ``math.exp`` is the fast path), rewritten where NumPy scalar ufuncs have no
   CUDA lowering (``cm.floor`` ...; ``lowering/cuda_device.py``).
 - Reductions: a loop's reductions are grouped by their reduced dims. A full
@@ -38,8 +38,8 @@ import re
 import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
-from gradjit.lowering.codegen_cpu import (Generated, _describe, _expr, _index, _lit,
-                                          acc_update, helper_stamps)
+from gradjit.lowering.codegen_cpu import Generated, _describe, _index, helper_stamps
+from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_update
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
 MAX_BLOCKS = 1024
@@ -84,7 +84,7 @@ _combine = acc_update   # the CPU's accumulation statements, NaN-propagating max
 
 class CudaEmitter:
     """Collects kernels (``self.kernels``) and host lines (``self.host``). ``const`` and
-    ``imports`` mirror the CPU emitter so ``codegen_cpu._expr`` can render into it."""
+    ``imports`` mirror the CPU emitter so ``codegen_cpu_expr._expr`` can render into it."""
 
     fast_math = False   # GPU libm is the fast path; never the CPU's vectorised kernels
 

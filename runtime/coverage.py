@@ -7,7 +7,7 @@ Contract
   ``tests/lowering/test_yaml_entries.py`` (``tested``; ``None`` when the tests
   are not installed beside the package, e.g. from a wheel).
 - CPU support by kind: ``elementwise`` ops need a scalar template
-  (``codegen_cpu._expr`` does not raise ``NotImplementedError`` for them),
+  (``codegen_cpu_expr._expr`` does not raise ``NotImplementedError`` for them),
   ``reduction`` ops a loop accumulator (``schedule.REDUCTIONS``), ``kernel``
   ops an emitter (``codegen_cpu_kernels.KERNELS``), ``composite`` ops a
   decomposition (``passes.DECOMPOSITIONS``), ``matmul`` / ``shape`` ops a
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
-from gradjit.lowering import codegen_cpu, codegen_cpu_stmt, formulas
+from gradjit.lowering import codegen_cpu, codegen_cpu_expr, codegen_cpu_stmt, formulas
 from gradjit.lowering.codegen_cpu_kernels import KERNELS
 from gradjit.lowering.passes import DECOMPOSITIONS
 from gradjit.lowering.schedule import REDUCTIONS
@@ -96,7 +96,7 @@ def cpu_supported(op):
     node = _sample_node(op)
     e = codegen_cpu._Emitter(Graph("coverage"))
     if kind == "elementwise":
-        return _emits(lambda: codegen_cpu._expr(node, ["a", "b", "c"][:len(node.inputs)], e))
+        return _emits(lambda: codegen_cpu_expr._expr(node, ["a", "b", "c"][:len(node.inputs)], e))
     return _emits(lambda: codegen_cpu_stmt.stmt(e, node))
 
 

@@ -1,0 +1,108 @@
+"""CPU code generator, scalar expressions: what one element of an elementwise node or one
+step of a reduction is, as Python source (``codegen_cpu._loop`` writes them into its loop
+nests; the CUDA generator writes the same expressions into its kernels).
+
+Contract
+- ``_expr(node, a, e)``: the expression of elementwise ``node`` on the input
+  expressions ``a``; scalar attributes become ``consts`` slots (``e.const``),
+  transcendentals ``fm.<name>`` where the emitter allows fast math. An op with
+  no expression raises NotImplementedError naming it.
+- ``_acc_init(node)`` / ``acc_update(op, tgt, x)``: a reduction's initial value
+  and its accumulation statement (NaN propagates through max and min).
+- ``_lit(x, dtype)``: a literal of that dtype.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
+from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
+
+
+def _lit(x, dt):
+    dt = np.dtype(dt)
+    if dt == np.float64 or dt.kind != "f":
+        return repr(float(x)) if dt.kind == "f" else repr(x)
+    return f"np.{dt.name}({float(x)!r})"
+
+
+def _expr(node, a, e):
+    """The scalar expression of an elementwise node. ``a``: input expressions."""
+    op, at = node.op, node.attrs
+    out = node.outputs[0].dtype
+    ref = node.inputs[0].dtype if node.inputs else out
+    one, zero = _lit(1, out), _lit(0, out)
+    c = (lambda name: e.const(at[name], ref))
+    unary = {"exp": "math.exp", "log": "math.log", "sin": "math.sin", "cos": "math.cos",
+             "tanh": "math.tanh", "sqrt": "math.sqrt"}
+    base = op.split(".")[0]
+    if op.endswith(".default") and base in unary:
+        return f"{fast_fn(e, base, node) or unary[base]}({a[0]})"
+    if op == "sigmoid.default":
+        return f"{one} / ({one} + {fast_fn(e, 'exp', node) or 'math.exp'}(-{a[0]}))"
+    if op in ("add.Tensor", "sub.Tensor"):
+        sign = "+" if base == "add" else "-"
+        return f"{a[0]} {sign} {a[1]}" if at["alpha"] == 1 else f"{a[0]} {sign} {c('alpha')} * {a[1]}"
+    if op in ("add.Scalar", "sub.Scalar", "rsub.Scalar"):
+        k = e.const(at["other"] * at["alpha"] if base != "rsub" else at["other"], ref)
+        if base == "rsub":
+            return f"{k} - {a[0]}" if at["alpha"] == 1 else f"{k} - {c('alpha')} * {a[0]}"
+        return f"{a[0]} {'+' if base == 'add' else '-'} {k}"
+    if op == "pow.Tensor_Scalar":
+        special = {2: f"{a[0]} * {a[0]}", 1: f"{a[0]}", 0.5: f"math.sqrt({a[0]})",
+                   -1: f"{one} / {a[0]}"}
+        if out.kind == "f" and at["exponent"] in special:
+            return special[at["exponent"]]
+        return f"{a[0]} ** {c('exponent')}"
+    if op == "pow.Scalar":
+        return f"{e.const(at['self'], ref)} ** {a[0]}"
+    simple = {
+        "mul.Tensor": "{0} * {1}", "div.Tensor": "{0} / {1}", "pow.Tensor_Tensor": "{0} ** {1}",
+        "neg.default": "-{0}", "abs.default": "abs({0})", "expand.default": "{0}",
+        "reciprocal.default": one + " / {0}",
+        "relu.default": f"{zero} if {{0}} <= 0 else {{0}}",
+        "sign.default": f"({one} if {{0}} > 0 else (-{one} if {{0}} < 0 else {{0}} * {zero}))",
+        "zeros_like.default": zero, "ones_like.default": one,
+        "where.self": "({1} if {0} else {2})",
+    }
+    if op in simple:
+        return simple[op].format(*a)
+    if op in ("mul.Scalar", "div.Scalar"):
+        return f"{a[0]} {'*' if base == 'mul' else '/'} {c('other')}"
+    cmps = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+    if base in cmps:
+        rhs = a[1] if op.endswith(".Tensor") else c("other")
+        return f"({a[0]} {cmps[base]} {rhs})"
+    if op == "_to_copy.default":
+        return f"({a[0]} != 0)" if out == np.bool_ else f"{_np_dtype(out)}({a[0]})"
+    family = math_expr(node, a, e)
+    if family is not None:
+        return family
+    raise NotImplementedError(f"CPU code generator: no scalar expression for elementwise op '{op}'")
+
+
+def _acc_init(node):
+    dt = node.outputs[0].dtype
+    if node.op == "amax.default":
+        return "-np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).min"
+    if node.op == "amin.default":
+        return "np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).max"
+    if node.op in ("prod.default", "prod.dim_int"):
+        return "1.0" if dt.kind == "f" else "1"
+    return "0.0" if dt.kind == "f" else "0"
+
+
+def acc_update(op, tgt, x):
+    """The accumulation statement of reduction ``op`` (NaN propagates through max/min);
+    shared with the CUDA generator."""
+    if op == "amax.default":
+        return f"{tgt} = {x} if ({x} > {tgt} or {x} != {x}) else {tgt}"
+    if op == "amin.default":
+        return f"{tgt} = {x} if ({x} < {tgt} or {x} != {x}) else {tgt}"
+    if op in ("prod.default", "prod.dim_int"):
+        return f"{tgt} *= {x}"
+    return f"{tgt} += {x}"
+
+
+def _acc_update(node, tgt, x):
+    return acc_update(node.op, tgt, x)
