@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradjit.lowering.schedule import Loop, Stmt, permutation, squeezed, unit_view
+from gradjit.lowering.schedule import (UNIT_VIEW_OPS, Loop, Stmt, permutation, squeezed,
+                                      unit_view)
 
 ROW_PASS_MIN = 1 << 18   # elements of M: below this, two BLAS calls are as fast
-UNIT_TRANSPOSES = ("t.default", "transpose.int", "permute.default")
-VIEWS = UNIT_TRANSPOSES + ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default")
+TRANSPOSES = ("t.default", "transpose.int", "permute.default")
 
 
 @dataclass(eq=False)
@@ -55,10 +55,6 @@ def _readers(steps):
             for v in (st.rows.matrix, st.rows.vector):
                 out.setdefault(v, []).append(st)
     return out
-
-
-def _single_dim(shape, n):
-    return squeezed(shape) == (n,)
 
 
 def _match(steps, readers, outputs, i):
@@ -89,7 +85,7 @@ def _match(steps, readers, outputs, i):
     if len(loops) != 1:
         return None
     loop = loops.pop()
-    if not isinstance(loop, Loop) or not _single_dim(loop.shape, n) or loop.rows is not None:
+    if not isinstance(loop, Loop) or squeezed(loop.shape) != (n,) or loop.rows is not None:
         return None
     red = loop.reductions
     if any(r.op != "sum.default" or r.attrs.get("dim") for r in red):
@@ -109,7 +105,7 @@ def _base(v):
     """(matrix, transposed): the matrix the 2-D ``v`` is, through any chain of 2-D
     transposes (``t(t(X))`` is ``X``: backward formulas transpose transposes)."""
     flip = False
-    while (v.node is not None and v.node.op in UNIT_TRANSPOSES and v.node.inputs
+    while (v.node is not None and v.node.op in TRANSPOSES and v.node.inputs
            and v.node.inputs[0].ndim == 2 and permutation(v.node) == [1, 0]):
         v, flip = v.node.inputs[0], not flip
     return v, flip
@@ -140,7 +136,7 @@ def _dead_views(steps, outputs):
     only fed the fused products)."""
     while True:
         readers = _readers(steps)
-        dead = [s for s in steps if isinstance(s, Stmt) and s.node.op in VIEWS
+        dead = [s for s in steps if isinstance(s, Stmt) and s.node.op in UNIT_VIEW_OPS
                 and not any(readers.get(v) or v in outputs for v in s.node.outputs)]
         if not dead:
             return steps
