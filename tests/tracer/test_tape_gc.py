@@ -1,0 +1,165 @@
+"""The collector pause of tracer/tape.py: while a long tensor-mode step is recorded, the
+young generation's threshold is raised; the caller's thresholds come back when the step is
+taken, breaks, trims or is given up. Counters, not clocks: collections are counted with
+``gc.callbacks``."""
+import gc
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.tracer import tape
+from gradjit.tracer.tape import PAUSE_AT, PAUSED_THRESHOLD
+
+CALLERS = (700, 10, 10)
+
+
+@pytest.fixture
+def collector():
+    """The collector on with known thresholds (restored afterwards), and a fresh tape."""
+    was, old = gc.isenabled(), gc.get_threshold()
+    gc.enable()
+    gc.set_threshold(*CALLERS)
+    tape.take([])   # whatever an earlier test left on this thread's tape
+    yield
+    tape.take([])
+    gc.set_threshold(*old)
+    gc.enable() if was else gc.disable()
+
+
+def _leaves(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    w = gj.tensor(rng.normal(size=(n, n)) * 0.3, requires_grad=True)
+    b = gj.tensor(rng.normal(size=(1, n)) * 0.1, requires_grad=True)
+    xs = [gj.tensor(rng.normal(size=(1, n))) for _ in range(60)]   # 4 ops a step: 240
+    return w, b, xs
+
+
+def _rnn(w, b, xs, seen=None):
+    h = xs[0]
+    for x in xs:
+        h = np.tanh(x + h @ w + b)
+        if seen is not None:
+            seen.append(gc.get_threshold()[0])
+    return (h * h).sum()
+
+
+def _reference(w, b, xs):
+    W, B = w.detach().numpy(), b.detach().numpy()
+    hs = [xs[0].numpy()]
+    for x in xs:
+        hs.append(np.tanh(x.numpy() + hs[-1] @ W + B))
+    g = 2 * hs[-1]
+    gw, gb = np.zeros_like(W), np.zeros_like(B)
+    for k in range(len(xs), 0, -1):
+        g = g * (1 - hs[k] ** 2)
+        gw += hs[k - 1].T @ g
+        gb += g
+        g = g @ W.T
+    return gw, gb
+
+
+@pytest.mark.parametrize("steps", [1, 3])   # the general backward, then the fast one
+def test_a_long_step_raises_the_threshold_until_backward(collector, steps):
+    w, b, xs = _leaves()
+    gw, gb = _reference(w, b, xs)
+    for _ in range(steps):
+        w.grad = b.grad = None
+        seen = []
+        loss = _rnn(w, b, xs, seen)
+        k = PAUSE_AT // 4   # the RNN step whose ops reach entry PAUSE_AT
+        assert seen[:k] == [CALLERS[0]] * k and set(seen[k + 1:]) == {PAUSED_THRESHOLD}
+        loss.backward()
+        assert gc.get_threshold() == CALLERS and gc.isenabled()
+        np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(b.grad.numpy(), gb, rtol=1e-10, atol=1e-12)
+
+
+def test_a_recorded_step_runs_no_young_collection(collector):
+    # With the caller's threshold, each op's objects (tensor, node, lists) would trigger
+    # young collections that walk the whole live step (fails without the pause).
+    w, b, xs = _leaves()
+    _rnn(w, b, xs).backward()   # compiled once
+    runs = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+    loss = None
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        loss = _rnn(w, b, xs[:PAUSE_AT // 4 - 1])   # short of the pause: collections run
+        short = len(runs)
+        loss = None
+        gc.collect()
+        runs.clear()
+        loss = _rnn(w, b, xs * 3)   # 720 ops
+        during = len(runs)
+        loss.backward()
+    finally:
+        gc.callbacks.remove(count)
+    assert short > 0 and during <= 1   # (at most one: before entry PAUSE_AT)
+
+
+def test_short_steps_leave_the_thresholds_alone(collector):
+    x = gj.tensor(np.linspace(-1.0, 1.0, 5))
+    w = gj.tensor(np.ones(5), requires_grad=True)
+    for _ in range(3):
+        (np.tanh(x * w) ** 2).sum().backward()
+        assert gc.get_threshold() == CALLERS
+
+
+@pytest.mark.parametrize("callers", [(0, 10, 10), (200_000, 10, 10), "off"])
+def test_the_callers_own_setting_is_kept(collector, callers):
+    w, b, xs = _leaves()
+    if callers == "off":
+        gc.disable()
+    else:
+        gc.set_threshold(*callers)
+    for _ in range(2):
+        _rnn(w, b, xs).backward()
+        if callers == "off":
+            assert not gc.isenabled() and gc.get_threshold() == CALLERS
+        else:
+            assert gc.get_threshold() == callers and gc.isenabled()
+
+
+def test_a_step_given_up_restores_the_thresholds(collector):
+    w, b, xs = _leaves()
+
+    def failing():
+        loss = _rnn(w, b, xs)
+        assert gc.get_threshold()[0] == PAUSED_THRESHOLD
+        raise ValueError(f"the user's step fails after {loss.shape}")
+    try:
+        failing()
+    except ValueError:
+        assert gc.get_threshold()[0] == PAUSED_THRESHOLD   # the traceback holds the step
+    # The exception is gone, the step's tensors with its frame, its long entry with them.
+    assert gc.get_threshold() == CALLERS
+
+
+def test_a_step_never_taken_restores_them_when_the_tape_moves_on(collector):
+    w, b, xs = _leaves()
+    loss = _rnn(w, b, xs)
+    assert gc.get_threshold()[0] == PAUSED_THRESHOLD
+    tape.take([])   # the tape starts over (as a backward of another graph would)
+    assert gc.get_threshold() == CALLERS
+    assert float(loss.detach().numpy()) >= 0.0
+
+
+def test_a_tape_that_breaks_restores_them(collector):
+    w, b, xs = _leaves()
+    loss = _rnn(w, b, xs)
+    tape.current().clear()   # what an input the tape cannot describe does
+    assert gc.get_threshold() == CALLERS
+    assert loss.shape == ()
+
+
+def test_thresholds_changed_meanwhile_are_left_as_set(collector):
+    w, b, xs = _leaves()
+    loss = _rnn(w, b, xs)
+    gc.set_threshold(5000, 10, 10)   # the caller's change during the step
+    loss.backward()
+    assert gc.get_threshold() == (5000, 10, 10)
