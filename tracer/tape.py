@@ -24,18 +24,20 @@ Contract
   they are on the current tape: ``add`` returns False when it did not take a
   node, ``push`` None, and
   ``flush`` (also run when entries are dropped) computes every pending one.
-- While a long step is recorded (from its ``PAUSE_AT``-th entry) the cyclic
-  garbage collector's first threshold is raised to ``PAUSED_THRESHOLD``
-  allocations, until the step is taken (``take``, ``restart``), the tape breaks
-  (``clear``) or trims, or that entry's node dies (a step given up, e.g. after
-  an error). Why: a step's nodes and tensors live until its backward, so each
+- A long step (``PAUSE_AT`` entries or more) raises the cyclic garbage
+  collector's first threshold to ``PAUSED_THRESHOLD`` allocations until its
+  objects are gone (the node of its entry ``PAUSE_AT`` dies: after its
+  backward, once the caller drops the loss, or when it is given up), or the tape
+  breaks (``clear``). Why: a step's nodes and tensors live until then, so each
   young collection meanwhile walks all of them and promotes them towards the
   oldest generation, whose full collections walk every object of the process:
   an unrolled RNN step (500 ops) spent half its time collecting (W4 in tensor
   mode: 4.5 ms a step, 2.2 ms without collections). The tape's objects hold no
-  reference cycles (their counts free them after backward); a raised threshold
-  rather than ``gc.disable`` keeps a step that is never taken from stopping the
-  collector. The caller's thresholds come back unless changed meanwhile.
+  reference cycles (their counts free them). A raised threshold rather than
+  ``gc.disable`` keeps collecting (less often) should a step stay alive for good;
+  in a training loop that holds each loss until the next one is made, it stays
+  raised for the loop. The caller's thresholds come back unless changed
+  meanwhile.
 """
 from __future__ import annotations
 
@@ -64,24 +66,34 @@ FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run on
 
 PAUSE_AT = 64                # entries: a step this long has its collections paused
 PAUSED_THRESHOLD = 100_000   # young-generation threshold meanwhile (the default is 700)
-_PAUSED = [None, None]       # [the tape whose step raised the threshold, the replaced ones]
+_PAUSED = [None, None]   # [weak ref to the latest long step's entry PAUSE_AT node, the
+#                          thresholds it replaced] while raised, else [None, None]
 
 
-def _pause(tape):
-    """A long step is being recorded: young collections wait until ``resume(tape)``."""
-    if _PAUSED[0] is None:
+def _long(fn):
+    """The tape's weak reference to entry ``PAUSE_AT``'s node: the threshold is raised
+    until that node (the latest long step's) dies."""
+    ref = weakref.ref(fn, _step_gone)
+    if _PAUSED[1] is None:
         old = gc.get_threshold()
-        if 0 < old[0] < PAUSED_THRESHOLD:
-            gc.set_threshold(PAUSED_THRESHOLD, *old[1:])
-            _PAUSED[0], _PAUSED[1] = tape, old
+        if not 0 < old[0] < PAUSED_THRESHOLD:
+            return ref   # the caller's setting already collects this rarely, or never
+        gc.set_threshold(PAUSED_THRESHOLD, *old[1:])
+        _PAUSED[1] = old
+    _PAUSED[0] = ref
+    return ref
 
 
-def resume(tape):
-    """``tape``'s step ended: the thresholds are the caller's again if it raised them."""
-    if _PAUSED[0] is tape:
-        old, _PAUSED[0], _PAUSED[1] = _PAUSED[1], None, None
-        if gc.get_threshold()[0] == PAUSED_THRESHOLD:
-            gc.set_threshold(*old)
+def _step_gone(ref):
+    if _PAUSED[0] is ref:
+        resume()
+
+
+def resume():
+    """The caller's thresholds again, if a long step raised them."""
+    old, _PAUSED[0], _PAUSED[1] = _PAUSED[1], None, None
+    if old is not None and gc.get_threshold()[0] == PAUSED_THRESHOLD:
+        gc.set_threshold(*old)
 
 
 _PIECES = {}
@@ -145,7 +157,6 @@ class Tape:
         """Start over as a new tape would (a new generation, nothing recorded), reusing
         this one's lists: the fast backward path (runtime/fast_backward.py) takes the
         tape after every step, and a new Tape is nine objects to make and free."""
-        resume(self)
         self.gen = next(_gens)
         self.fns.clear()
         self.parts.clear()
@@ -231,17 +242,10 @@ class Tape:
             None, next(_seq), False, None, None, None, None)
         fn._tgen, fn._tpos = gen, n
         self.parts.append((piece, tuple(refs)))
-        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else self._long(fn))
+        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
         fed.append(False)
         self.open += 1
         return fn
-
-    def _long(self, fn):
-        """The weak reference to entry ``PAUSE_AT``'s node, whose step is long: collections
-        pause for it; should the node die first (the step given up), they resume."""
-        _pause(self)
-        return weakref.ref(fn, lambda ref, tape=self: resume(tape)
-                           if len(tape.fns) > PAUSE_AT and tape.fns[PAUSE_AT] is ref else None)
 
     def _room(self):
         """The next entry's position; None when the tape is broken or, even trimmed, full
@@ -276,7 +280,7 @@ class Tape:
                 fed[r[0]] = True
                 self.open -= 1
         self.parts.append((piece, tuple(refs)))
-        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else self._long(fn))
+        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
         fed.append(False)
         self.open += 1
         fn._tgen, fn._tpos = self.gen, n
@@ -288,7 +292,6 @@ class Tape:
         without no_grad) so keeps the tape at the size of what is alive instead of
         growing it until it breaks. Run when the tape reaches ``trim_at``, which then
         doubles past what stays: linear time overall. Returns the new length."""
-        resume(self)   # (a very long step, or forwards that are never taken)
         n = len(self.fns)
         alive = [(p, f) for p, f in enumerate(r() for r in self.fns) if f is not None]
         if len(alive) < n:
@@ -328,7 +331,7 @@ class Tape:
         """Broken until the next take; drop what was recorded (computing its deferred
         nodes first: a pending node must always be on the current tape). Returns False."""
         self.broken = True
-        resume(self)
+        resume()
         self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves, self.uses = [], [], [], {}, [], []
         self.first = []
@@ -363,7 +366,6 @@ def flush():
 
 def take(roots):
     tape = current()
-    resume(tape)
     _local.tape = Tape()
     if tape.open != 1 and not tape.broken:
         tape.trim()   # dead side computations (an evaluation forward) leave entries open

@@ -1,7 +1,7 @@
-"""The collector pause of tracer/tape.py: while a long tensor-mode step is recorded, the
-young generation's threshold is raised; the caller's thresholds come back when the step is
-taken, breaks, trims or is given up. Counters, not clocks: collections are counted with
-``gc.callbacks``."""
+"""The collector pause of tracer/tape.py: from a long tensor-mode step's entry PAUSE_AT
+until its objects are gone, the young generation's threshold is raised; the caller's
+thresholds come back then (or when the tape breaks). Counters, not clocks: collections
+are counted with ``gc.callbacks``."""
 import gc
 
 import numpy as np
@@ -60,22 +60,32 @@ def _reference(w, b, xs):
 
 
 @pytest.mark.parametrize("steps", [1, 3])   # the general backward, then the fast one
-def test_a_long_step_raises_the_threshold_until_backward(collector, steps):
+def test_a_long_step_raises_the_threshold_until_its_objects_are_gone(collector, steps):
     w, b, xs = _leaves()
     gw, gb = _reference(w, b, xs)
-    for _ in range(steps):
+    for _ in range(steps):   # a training loop: each loss is held until the next is made
         w.grad = b.grad = None
         seen = []
         loss = _rnn(w, b, xs, seen)
         k = PAUSE_AT // 4   # the RNN step whose ops reach entry PAUSE_AT
-        assert seen[:k] == [CALLERS[0]] * k and set(seen[k + 1:]) == {PAUSED_THRESHOLD}
+        assert set(seen[k + 1:]) == {PAUSED_THRESHOLD}
         loss.backward()
-        assert gc.get_threshold() == CALLERS and gc.isenabled()
+        assert gc.get_threshold()[0] == PAUSED_THRESHOLD and gc.isenabled()
         np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(b.grad.numpy(), gb, rtol=1e-10, atol=1e-12)
+    del loss
+    assert gc.get_threshold() == CALLERS
 
 
-def test_a_recorded_step_runs_no_young_collection(collector):
+def test_the_first_step_starts_with_the_callers_threshold(collector):
+    w, b, xs = _leaves()
+    seen = []
+    _rnn(w, b, xs, seen)
+    assert seen[:PAUSE_AT // 4] == [CALLERS[0]] * (PAUSE_AT // 4)
+    assert gc.get_threshold() == CALLERS   # (the step was dropped at once)
+
+
+def test_recorded_steps_run_no_young_collection(collector):
     # With the caller's threshold, each op's objects (tensor, node, lists) would trigger
     # young collections that walk the whole live step (fails without the pause).
     w, b, xs = _leaves()
@@ -85,7 +95,6 @@ def test_a_recorded_step_runs_no_young_collection(collector):
     def count(phase, info):
         if phase == "start":
             runs.append(info["generation"])
-    loss = None
     gc.collect()
     gc.callbacks.append(count)
     try:
@@ -94,12 +103,12 @@ def test_a_recorded_step_runs_no_young_collection(collector):
         loss = None
         gc.collect()
         runs.clear()
-        loss = _rnn(w, b, xs * 3)   # 720 ops
+        for _ in range(4):
+            _rnn(w, b, xs * 3).backward()   # 720 ops; the loss dropped at once
         during = len(runs)
-        loss.backward()
     finally:
         gc.callbacks.remove(count)
-    assert short > 0 and during <= 1   # (at most one: before entry PAUSE_AT)
+    assert short > 0 and during <= 4   # (at most one a step: before its entry PAUSE_AT)
 
 
 def test_short_steps_leave_the_thresholds_alone(collector):
@@ -118,7 +127,7 @@ def test_the_callers_own_setting_is_kept(collector, callers):
     else:
         gc.set_threshold(*callers)
     for _ in range(2):
-        _rnn(w, b, xs).backward()
+        _rnn(w, b, xs).backward()   # (the loss dropped at once: the step is gone)
         if callers == "off":
             assert not gc.isenabled() and gc.get_threshold() == CALLERS
         else:
@@ -140,13 +149,14 @@ def test_a_step_given_up_restores_the_thresholds(collector):
     assert gc.get_threshold() == CALLERS
 
 
-def test_a_step_never_taken_restores_them_when_the_tape_moves_on(collector):
+def test_a_step_never_taken_keeps_it_raised_while_it_lives(collector):
     w, b, xs = _leaves()
     loss = _rnn(w, b, xs)
-    assert gc.get_threshold()[0] == PAUSED_THRESHOLD
     tape.take([])   # the tape starts over (as a backward of another graph would)
-    assert gc.get_threshold() == CALLERS
+    assert gc.get_threshold()[0] == PAUSED_THRESHOLD
     assert float(loss.detach().numpy()) >= 0.0
+    del loss
+    assert gc.get_threshold() == CALLERS
 
 
 def test_a_tape_that_breaks_restores_them(collector):
@@ -159,7 +169,9 @@ def test_a_tape_that_breaks_restores_them(collector):
 
 def test_thresholds_changed_meanwhile_are_left_as_set(collector):
     w, b, xs = _leaves()
+    _rnn(w, b, xs)
     loss = _rnn(w, b, xs)
     gc.set_threshold(5000, 10, 10)   # the caller's change during the step
     loss.backward()
+    del loss
     assert gc.get_threshold() == (5000, 10, 10)
