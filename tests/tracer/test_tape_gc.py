@@ -98,9 +98,12 @@ def test_recorded_steps_run_no_young_collection(collector):
     gc.collect()
     gc.callbacks.append(count)
     try:
-        loss = _rnn(w, b, xs[:PAUSE_AT // 4 - 1])   # short of the pause: collections run
+        held = []
+        for _ in range(6):   # steps short of the pause, kept alive: collections run
+            held.append(_rnn(w, b, xs[:PAUSE_AT // 4 - 1]))
+            tape.take([])
         short = len(runs)
-        loss = None
+        del held
         gc.collect()
         runs.clear()
         for _ in range(4):
