@@ -38,7 +38,8 @@ Contract
   ``gc.disable`` keeps collecting (less often) should a step stay alive for good;
   in a training loop that holds each loss until the next one is made, it stays
   raised for the loop. The caller's thresholds come back unless changed
-  meanwhile.
+  meanwhile. The collector is the process's: the latest long step of any
+  thread holds the raise.
 """
 from __future__ import annotations
 
