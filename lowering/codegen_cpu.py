@@ -253,7 +253,7 @@ def _loop(e, loop, inline, generic=False):
     for d in loops:
         rng = rng0 if d == d0 else "range"
         if blocked and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
-            e.emit(depth, f"for b0 in {rng}({-(-space[d] // rows)}):")
+            e.emit(depth, f"for b0 in {rng}({nblocks}):")
             e.emit(depth + 1, f"lo0 = b0 * {rows}")
             # (a branch, not min(): Numba compiles its min overload in every process)
             e.emit(depth + 1, f"hi0 = lo0 + {rows} if lo0 + {rows} < {space[d]} else {space[d]}")

@@ -9,21 +9,15 @@ Contract
   no expression raises NotImplementedError naming it.
 - ``_acc_init(node)`` / ``acc_update(op, tgt, x)``: a reduction's initial value
   and its accumulation statement (NaN propagates through max and min).
-- ``_lit(x, dtype)``: a literal of that dtype.
+- ``_lit(x, dtype)``: a literal of that dtype (``codegen_cpu_math``'s, which the op
+  family there needs first).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
-from gradjit.lowering.codegen_cpu_math import fast_fn, math_expr
-
-
-def _lit(x, dt):
-    dt = np.dtype(dt)
-    if dt == np.float64 or dt.kind != "f":
-        return repr(float(x)) if dt.kind == "f" else repr(x)
-    return f"np.{dt.name}({float(x)!r})"
+from gradjit.lowering.codegen_cpu_math import _lit, fast_fn, math_expr
 
 
 def _expr(node, a, e):

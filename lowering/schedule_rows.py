@@ -132,14 +132,14 @@ def _back_source(back, m, loop, steps, n):
 
 
 def _dead_views(steps, outputs):
-    """``steps`` without the transposes and views no step reads any more (those that
-    only fed the fused products)."""
+    """``(steps, readers)``: ``steps`` without the transposes and views no step reads any
+    more (those that only fed the fused products), and their readers map."""
     while True:
         readers = _readers(steps)
         dead = [s for s in steps if isinstance(s, Stmt) and s.node.op in UNIT_VIEW_OPS
                 and not any(readers.get(v) or v in outputs for v in s.node.outputs)]
         if not dead:
-            return steps
+            return steps, readers
         steps = [s for s in steps if s not in dead]
 
 
@@ -159,15 +159,15 @@ def row_passes(steps, graph):
         if not _candidate(steps[i]):
             i += 1
             continue
-        readers = readers or _readers(steps)
+        if readers is None:
+            readers = _readers(steps)
         found = _match(steps, readers, outputs, i)
         if found is None:
             i += 1
             continue
         loop, rp, drop = found
         loop.rows = rp
-        steps = _dead_views([s for s in steps if s not in drop], outputs)
-        readers = _readers(steps)
+        steps, readers = _dead_views([s for s in steps if s not in drop], outputs)
         # c was stored for the product's view; the pass reads its register instead.
         c = rp.source
         if c in loop.stores and c not in outputs and all(st is loop for st in readers.get(c, [])):
