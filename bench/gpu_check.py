@@ -1,4 +1,4 @@
-"""One prepared script for a machine with a GPU: CUDA correctness for every op, then W2/W3 timing.
+"""One prepared script for a machine with a GPU: W1/W2/W3/W5 timing, then CUDA correctness for every op.
 
 Usage: python bench/gpu_check.py [--json PATH] [--budget S] [--skip-ops] [--tiny]
 
@@ -10,8 +10,9 @@ Contract
   ``gj.grad(..., device="cuda")`` against the CPU path: relative error ≤ 1e-10
   (float64) / 1e-5 (float32). Ops with no CUDA rendering are listed as
   ``cpu_only`` (they raise a clear error), not as failures.
-- Part 2 (speed): W2 (20-op elementwise chain, 1e7 float64) and W3 (MLP
-  784-512-512-10, batch 256, float32) from ``bench/workloads.py``, inputs
+- Part 2 (speed): W1 (tiny: per-call latency), W2 (20-op elementwise chain,
+  1e7 float64), W3 (MLP 784-512-512-10, batch 256, float32) and W5 (least
+  squares, X 10000x100) from ``bench/workloads.py``, inputs
   already on the device; median per gradient call (synchronised) for gradjit
   CUDA, gradjit CPU, and when importable torch CUDA and JAX GPU. W2 also
   reports achieved bandwidth: bytes that must move (read x, write the
@@ -127,10 +128,10 @@ def _gj_ns():
                            sigmoid=lambda u: u.sigmoid(), log_softmax=lambda z: z.log_softmax(1))
 
 
-def time_workloads(budget, tiny=False):
+def time_workloads(budget, tiny=False, profile=False, others=True):
     from numba import cuda
     out = []
-    for name in ("W2", "W3"):
+    for name in ("W1", "W2", "W3", "W5"):
         s = W.SPEC[name]
         args = W.make_inputs(name, tiny=tiny)
         f = (lambda *a, s=s: s["f"](_gj_ns(), *a))
@@ -143,6 +144,21 @@ def time_workloads(budget, tiny=False):
                   for a, b in zip(got, ref))
         rows = {"gradjit-cuda": _median_time(lambda: g_cuda(*dev), cuda.synchronize, budget),
                 "gradjit-cpu": _median_time(lambda: g_cpu(*args), lambda: None, budget)}
+        if profile:   # where a call's time goes (run with CUDA_LAUNCH_BLOCKING=1 to charge
+            import cProfile   # each kernel's GPU time to the host line that launched it)
+            import pstats
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(10):
+                g_cuda(*dev)
+            cuda.synchronize()
+            prof.disable()
+            print(f"== profile of 10 {name} gradient calls (gradjit CUDA)")
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(16)
+        if profile or not others:
+            out.extend({"workload": name, "engine": e, "median_us": t * 1e6, "reps": n}
+                       for e, (t, n) in rows.items())
+            continue
         try:
             import torch
             if torch.cuda.is_available():
@@ -190,6 +206,9 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per cell")
     p.add_argument("--skip-ops", action="store_true")
     p.add_argument("--tiny", action="store_true", help="tiny workloads (a simulator smoke run)")
+    p.add_argument("--gradjit-only", action="store_true", help="time gradjit's engines only")
+    p.add_argument("--profile", action="store_true",
+                   help="gradjit only, with a cProfile of 10 CUDA calls per workload")
     p.add_argument("--ops-seconds", type=float, default=300.0,
                    help="time budget of the op checks; cases past it are reported not_run")
     a = p.parse_args(argv)
@@ -208,7 +227,7 @@ def main(argv=None):
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
     # Speed first (the part only a GPU can answer), then correctness within its budget.
-    result["timing"] = time_workloads(a.budget, a.tiny)
+    result["timing"] = time_workloads(a.budget, a.tiny, a.profile, not a.gradjit_only)
     for r in result["timing"]:
         if "bandwidth_GBps" in r and peak:
             r["bandwidth_share_of_peak"] = r["bandwidth_GBps"] * 1e9 / peak
@@ -226,7 +245,8 @@ def main(argv=None):
     print("|---|---|---|---|---|---|")
     for r in result["timing"]:
         print(f"| {r['workload']} | {r['engine']} | {r['median_us']:.1f} | {r['reps']} | "
-              f"{r['ratio_gradjit_cuda_over_this']:.2f} | {r.get('bandwidth_GBps', float('nan')):.0f} |")
+              f"{r.get('ratio_gradjit_cuda_over_this', float('nan')):.2f} | "
+              f"{r.get('bandwidth_GBps', float('nan')):.0f} |")
     return 1 if counts.get("FAILED") else 0
 
 

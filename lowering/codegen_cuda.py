@@ -6,6 +6,8 @@ Contract
   device array per graph input>, consts)`` that allocates device arrays,
   launches the kernels in schedule order and returns a tuple of device
   arrays, one per graph output. Nothing crosses to the host in between.
+  Intermediates no result aliases come from the module's ``cm.Workspace``
+  (``lowering/cuda_pool.py``): allocated once, reused by later calls.
 - The schedule is the CPU generator's (``lowering/schedule.py``): targets
   only render. A ``Loop`` becomes grid-stride kernels over its flat index
   space (the multi-index is unravelled in registers), with the same scalar
@@ -23,7 +25,8 @@ Contract
 - 0-d values live on the device as 1-element arrays (read ``v[0]``); the
   runtime reshapes at the boundary.
 - Statements: matmul/bmm launch the shared tiled kernels (``cm.mm``); 2-D
-  transposes are ``.T`` views (kernels index any strides); N-D permutes and
+  transposes are strided views (``cm.tview``: numba-cuda's ``.T`` copies
+  through a kernel it compiles per call; kernels index any strides); N-D permutes and
   reshapes of strided arrays are gather kernels; index/scan kernels live in
   ``lowering/codegen_cuda_kernels.py``. An op with no CUDA rendering raises
   ``NotImplementedError`` naming it (``cuda_supported`` asks first).
@@ -40,6 +43,7 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 from gradjit.lowering.codegen_cpu import Generated, _describe, _index, helper_stamps
 from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_update
+from gradjit.lowering.cuda_pool import pool_buffers
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
 MAX_BLOCKS = 1024
@@ -335,7 +339,7 @@ def _stmt(e, node):
             e.hemit(f"v{out.id} = v{ins[0].id}", node)
             e.layout[out] = e.layout.get(ins[0], "C")
         elif out.ndim == 2:
-            e.hemit(f"v{out.id} = v{ins[0].id}.T", node)
+            e.hemit(f"v{out.id} = cm.tview(v{ins[0].id})", node)
             e.layout[out] = "A"
         else:   # out[i...] = x[j...] with j[perm[d]] = i[d]
             src = [None] * out.ndim
@@ -382,8 +386,13 @@ def generate_cuda(graph, name="entry"):
               *imports, *helper_stamps(imports + ["from gradjit.lowering import special_cpu as sp"]),
               "", ""]
     body = "\n\n\n".join(e.kernels)
-    entry = [f"def {name}({args}):"] + e.host + \
-            [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
+    host, slots = pool_buffers(e.host, rets)
+    ret = [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
+    if slots:   # intermediates live in the module's workspace; results are fresh arrays
+        entry = ([f"_WS = cm.Workspace({slots})", "", "", f"def {name}({args}):",
+                  "    with _WS as ws:"] + ["    " + ln for ln in host + ret])
+    else:
+        entry = [f"def {name}({args}):"] + host + ret
     src = "\n".join(header) + body + ("\n\n\n" if body else "") + "\n".join(entry) + "\n"
     return Generated(src, np.array(e.const_values, dtype=np.float64), False)
 

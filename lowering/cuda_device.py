@@ -20,12 +20,17 @@ Contract
   same with the batch on grid z). ``TILE`` fixes their block shape. Products
   with at least ``BIG`` outputs use the register-blocked ``mm_big_*`` /
   ``bmm_big_*`` (64 x 64 tiles, 4 x 4 outputs per thread).
+- ``tview(a)``: a 2-D transpose as a strided view (numba-cuda's ``.T`` copies).
+- ``Workspace(n)``: a generated module's reusable intermediate buffers;
+  ``empty_cache()`` frees them all (``GRADJIT_CUDA_POOL=0``: no reuse).
 """
 from __future__ import annotations
 
 import math
 import os
+import threading
 import types
+import weakref
 
 import numba
 import numpy as np
@@ -221,6 +226,62 @@ def _make_blocked(nbt, at, put, dims):
 mm_big_f32, mm_big_f64 = (_make_blocked(t, _at2, _put2, _dims2) for t in (numba.float32, numba.float64))
 bmm_big_f32, bmm_big_f64 = (_make_blocked(t, _at3, _put3, _dims3) for t in (numba.float32, numba.float64))
 BIG = 128 * 128   # output elements from which the register-blocked kernel is used
+
+
+POOL = os.environ.get("GRADJIT_CUDA_POOL", "1") != "0"
+
+
+class Workspace:
+    """The intermediate device buffers of one generated module (``lowering/cuda_pool.py``).
+
+    ``with ws as take:`` holds the lock while a call enqueues its kernels, so calls
+    from several threads enqueue one after the other; all launch on the default
+    stream, where one call's kernels finish before the next call's start, so a
+    buffer is never written by one call while another still reads it. With
+    per-thread default streams that order is gone, and every call allocates."""
+
+    live = weakref.WeakSet()
+
+    def __init__(self, n):
+        self.bufs = [None] * n
+        self.lock = threading.Lock()
+        Workspace.live.add(self)
+
+    def take(self, slot, shape, dtype):
+        a = self.bufs[slot]
+        if a is None:
+            a = self.bufs[slot] = cuda.device_array(shape, dtype)
+        return a
+
+    def __enter__(self):
+        self.lock.acquire()
+        if POOL and not numba.config.CUDA_PER_THREAD_DEFAULT_STREAM:
+            return self.take
+        return lambda slot, shape, dtype: cuda.device_array(shape, dtype)
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def empty_cache():
+    """Free every workspace's buffers (the next call of each module allocates again)."""
+    for ws in list(Workspace.live):
+        with ws.lock:
+            ws.bufs = [None] * len(ws.bufs)
+
+
+def tview(a):
+    """The transpose of a 2-D device array as a view (swapped shape and strides, same memory).
+
+    numba-cuda's ``DeviceNDArray.T`` is not a view: it copies through a transpose kernel
+    that it defines, and so compiles, on every call (about 0.1 s each on the H200; W5's
+    gradient took 128 ms instead of well under one). The simulator's arrays are NumPy
+    arrays, whose ``.T`` is already a view."""
+    if SIMULATED:
+        return a.T
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    return DeviceNDArray(a.shape[::-1], a.strides[::-1], a.dtype, stream=a.stream,
+                         gpu_data=a.gpu_data)
 
 
 def mm(a, b, out):

@@ -54,8 +54,36 @@ def available():
                            "is False); to run CUDA code without a GPU set NUMBA_ENABLE_CUDASIM=1 "
                            "before numba is imported (the simulator)")
             else:
-                _REASON = ""
+                _REASON = _load_target()
     return _REASON == "", _REASON
+
+
+def _load_target():
+    """Load numba-cuda's typing and lowering registries now; '' or why they failed.
+
+    numba-cuda (0.30.4 and earlier) registers ``np.row_stack`` unconditionally for
+    NumPy >= 2.0, and NumPy 2.5 removed that alias: on the lent H200 (NumPy 2.5.2)
+    every kernel's first compile raised AttributeError inside numba-cuda. The alias
+    is put back only while the registries load (one module import, once per
+    process), then removed, so user code still sees NumPy as it is."""
+    from numba import config
+    if config.ENABLE_CUDASIM:   # the simulator runs kernels as Python: no target to load
+        return ""
+    from numba.cuda.descriptor import cuda_target
+    shim = not hasattr(np, "row_stack")
+    if shim:
+        np.row_stack = np.vstack
+    try:
+        cuda_target.target_context.refresh()
+    except Exception as exc:   # noqa: BLE001  (a numba-cuda / NumPy mismatch: say so, once)
+        import numba_cuda
+        return (f"numba-cuda {numba_cuda.__version__} failed to load its CUDA target with NumPy "
+                f"{np.__version__} ({type(exc).__name__}: {exc}); a numba-cuda release made for "
+                f"this NumPy, or an older NumPy, is needed")
+    finally:
+        if shim:
+            del np.row_stack
+    return ""
 
 
 def require(what):

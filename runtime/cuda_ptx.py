@@ -4,8 +4,8 @@ Contract
 - ``ptx_check(graph, cc=(9, 0)) -> [(kernel name, argument types, PTX chars)]``
   renders the graph (``lowering/codegen_cuda.py``), then runs its host
   ``entry`` against stand-ins: ``cuda.device_array`` returns shape-only
-  arrays and every launch (module kernels and the shared ``cm.mm`` /
-  ``cm.bmm``) records its argument types instead of running. Each recorded
+  arrays (also from the module's workspace; ``cm.tview`` transposes them) and every launch (module kernels and the
+  shared ``cm.mm`` / ``cm.bmm``) records its argument types instead of running. Each recorded
   kernel is then compiled with ``numba.cuda.compile_ptx`` (NVVM from the CUDA
   toolkit), so code the simulator accepts but a real GPU compiler rejects
   fails here. Needs ``numba-cuda`` and NVVM, not a driver; not under the
@@ -14,6 +14,7 @@ Contract
 """
 from __future__ import annotations
 
+import contextlib
 import types
 
 import numba
@@ -58,7 +59,10 @@ def ptx_check(graph, cc=(9, 0)):
 
     from gradjit.lowering import cuda_device
     from gradjit.lowering.codegen_cuda import generate_cuda
-    from gradjit.runtime.cuda import load_module
+    from gradjit.runtime.cuda import _load_target, load_module
+    why = _load_target()   # numba-cuda's registries, loaded as a CUDA request would
+    if why:
+        raise RuntimeError(why)
     gen = generate_cuda(graph)
     mod = load_module(gen.source)
     log = []
@@ -75,7 +79,9 @@ def ptx_check(graph, cc=(9, 0)):
 
     env = dict(vars(mod))
     env["cuda"] = fake_cuda
-    env["cm"] = types.SimpleNamespace(mm=shared("mm"), bmm=shared("bmm"))
+    env["cm"] = types.SimpleNamespace(mm=shared("mm"), bmm=shared("bmm"), tview=lambda a: a.T)
+    if "_WS" in env:   # the module's workspace hands out stand-ins too
+        env["_WS"] = contextlib.nullcontext(lambda slot, shape, dtype: fake_cuda.device_array(shape, dtype))
     if "cl" in env:   # linear algebra / sort kernels (lowering/cuda_linalg.py)
         env["cl"] = types.SimpleNamespace(**{k: _Launch(f"cl.{k}", v, log) for k, v in
                                              vars(env["cl"]).items() if hasattr(v, "py_func")})

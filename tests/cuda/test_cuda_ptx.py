@@ -26,6 +26,10 @@ def _ptx_ready():
     try:
         import numba_cuda  # noqa: F401
         from numba import cuda, float64
+
+        from gradjit.runtime.cuda import _load_target
+        if _load_target():   # as gradjit loads it (NumPy 2.5 needs the row_stack alias)
+            return f"numba-cuda cannot load its target here: {_load_target()}"[:300]
         cuda.compile_ptx(lambda a: None, (float64[::1],), cc=(9, 0))
     except Exception as exc:  # ImportError, missing NVVM / NVRTC
         return f"numba-cuda with NVVM is not available: {type(exc).__name__}: {exc}"[:300]
@@ -126,3 +130,23 @@ def test_every_elementwise_op_compiles_to_ptx(dtype):
     from gradjit.runtime.cuda_ptx import ptx_check
     done = ptx_check(g)
     assert len(done) == 1 and done[0][2] > 1000   # one fused kernel
+
+
+def test_target_loads_where_numpy_lacks_row_stack():
+    """NumPy 2.5 removed ``np.row_stack``, which numba-cuda 0.30 registers unconditionally:
+    its first kernel compile failed on the lent H200. gradjit loads the target with the alias
+    put back for that moment only (``runtime/cuda._load_target``). A fresh process, since the
+    registries load once per process."""
+    import subprocess
+    import sys
+    code = "\n".join([
+        "import numpy as np",
+        "from gradjit.runtime import cuda as gc",   # scipy star-imports NumPy: import first
+        "if hasattr(np, 'row_stack'): del np.row_stack",   # NumPy 2.5 as seen on the H200
+        "assert gc._load_target() == ''",
+        "assert not hasattr(np, 'row_stack')",       # user code sees NumPy as it is
+        "from numba import cuda, float64",
+        "ptx, _ = cuda.compile_ptx(lambda a: None, (float64[::1],), cc=(9, 0))",
+        "print('ptx', len(ptx))"])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ptx" in r.stdout, r.stderr[-3000:]

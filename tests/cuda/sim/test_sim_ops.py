@@ -1,8 +1,10 @@
 """CUDA gradients equal CPU gradients, under Numba's CUDA simulator.
 
-Runs only when ``NUMBA_ENABLE_CUDASIM=1`` was set before Numba was imported:
+Runs when ``NUMBA_ENABLE_CUDASIM=1`` was set before Numba was imported:
 ``tests/cuda/test_cuda_sim.py`` starts this module in such a subprocess (the
-main test process has Numba's real CUDA target loaded). Every op of the
+main test process has Numba's real CUDA target loaded). On a machine with a
+GPU, ``GRADJIT_TEST_GPU=1`` runs the same tests on the real device instead
+(``bench/gpu_device_run.sh`` does, with one process per core). Every op of the
 gradcheck tables (the representative cases, and the first case of every other
 op name) runs through ``gj.grad(..., device="cuda")`` and through the CPU
 reference; results agree to 1e-10 relative in float64; the representative
@@ -17,10 +19,12 @@ import os
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                                reason="runs in the simulator subprocess of test_cuda_sim.py")
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+ON_DEVICE = SIMULATED or os.environ.get("GRADJIT_TEST_GPU") == "1"
+pytestmark = pytest.mark.skipif(not ON_DEVICE, reason="runs in the simulator subprocess of "
+                                "test_cuda_sim.py, or on a GPU with GRADJIT_TEST_GPU=1")
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+if ON_DEVICE:
     import gradjit as gj
     from gradjit.runtime.coverage import cuda_cpu_only
     CPU_ONLY = cuda_cpu_only()
@@ -34,7 +38,9 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
             EXTRA.append(_c)
 else:  # collected but skipped in the main process
     REPS, EXTRA, CPU_ONLY = [], [], set()
-ALL = [(c, np.float64) for c in REPS + EXTRA] + [(c, np.float32) for c in REPS]
+# float32 for every op on a real GPU; the simulator (Python per thread) takes the representatives.
+ALL = ([(c, np.float64) for c in REPS + EXTRA]
+       + [(c, np.float32) for c in (REPS if SIMULATED else REPS + EXTRA)])
 
 
 # Eigen- and singular vectors are unique only up to sign; LAPACK (CPU) and the Jacobi
@@ -82,7 +88,7 @@ def interpreted_cpu(monkeypatch):
 @pytest.mark.parametrize("case,dtype", ALL,
                          ids=[f"{np.dtype(d).name}-{c.id}" for c, d in ALL])
 def test_cuda_matches_cpu(case, dtype, interpreted_cpu):
-    if dtype == np.float32 and case.name.startswith("linalg_"):
+    if SIMULATED and dtype == np.float32 and case.name.startswith("linalg_"):
         pytest.skip("float32 linear algebra: covered by the PTX tests; the simulator is slow")
     arrays = case.arrays(dtype=dtype)
     arrays = [a if i in case.diff else case.arrays()[i] for i, a in enumerate(arrays)]
@@ -106,7 +112,7 @@ def test_cuda_matches_cpu(case, dtype, interpreted_cpu):
                                    err_msg=f"gradient {k}")
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+if ON_DEVICE:
     from tests.cuda.nn_cases import NN_CASES
 else:
     NN_CASES = {}
@@ -217,3 +223,51 @@ def test_register_blocked_matmul_kernel():
     o3 = cuda.device_array((1, m, n), np.float32)
     cm.bmm(cuda.to_device(A3), cuda.to_device(B3), o3)
     np.testing.assert_allclose(o3.copy_to_host(), A3 @ B3, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_is_a_view():
+    """cm.tview: the 2-D transpose generated code uses shares the array's memory (numba-cuda's
+    DeviceNDArray.T copies through a kernel it compiles on every call)."""
+    from numba import cuda
+    from gradjit.lowering import cuda_device as cm
+    a = np.arange(12.0).reshape(3, 4)
+    d = cuda.to_device(a)
+    t = cm.tview(d)
+    assert t.shape == (4, 3)
+    np.testing.assert_array_equal(t.copy_to_host(), a.T)
+    out = cuda.device_array((4, 4))
+    cm.mm(t, d, out)   # a kernel reads the strided view
+    np.testing.assert_allclose(out.copy_to_host(), a.T @ a)
+    if not SIMULATED:
+        assert t.device_ctypes_pointer.value == d.device_ctypes_pointer.value
+        d[0, 1] = -1.0   # a write through the array shows through the view
+        assert t.copy_to_host()[1, 0] == -1.0
+
+
+def test_workspace_reuse_keeps_results_fresh():
+    """Intermediates come from the module's workspace, reused call after call; results never
+    do: a later call leaves an earlier call's gradients as they were."""
+    from numba import cuda
+    from gradjit.lowering import cuda_device as cm
+    rng = np.random.default_rng(3)
+
+    def loss(x, w, b):
+        h = np.tanh(x @ w + b)
+        return (h.T @ h).sum() + (h * h).mean()
+    ins = [rng.standard_normal(s) for s in ((5, 4), (4, 3), (3,))]
+    g = gj.grad(loss, argnums=(1, 2), device="cuda")
+    first = g(*[cuda.to_device(a) for a in ins])
+    kept = [a.copy_to_host() for a in first]
+    ins2 = [a * -0.7 for a in ins]
+    second = [a.copy_to_host() for a in g(*[cuda.to_device(a) for a in ins2])]
+    for a, k in zip(first, kept):
+        np.testing.assert_array_equal(a.copy_to_host(), k)
+    cpu = gj.grad(loss, argnums=(1, 2))
+    for got, want in zip(kept + second, list(cpu(*ins)) + list(cpu(*ins2))):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert any(any(b is not None for b in ws.bufs) for ws in cm.Workspace.live)
+    cm.empty_cache()
+    assert all(all(b is None for b in ws.bufs) for ws in cm.Workspace.live)
+    again = [a.copy_to_host() for a in g(*[cuda.to_device(a) for a in ins])]
+    for got, want in zip(again, kept):
+        np.testing.assert_array_equal(got, want)
