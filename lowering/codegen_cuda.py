@@ -26,9 +26,9 @@ Contract
   runtime reshapes at the boundary.
 - Statements: matmul/bmm launch the shared tiled kernels (``cm.mm``); 2-D
   transposes are strided views (``cm.tview``: numba-cuda's ``.T`` copies
-  through a kernel it compiles per call; kernels index any strides); N-D permutes and
-  reshapes of strided arrays are gather kernels; index/scan kernels live in
-  ``lowering/codegen_cuda_kernels.py``. An op with no CUDA rendering raises
+  through a kernel it compiles per call; kernels index any strides); N-D
+  permutes and reshapes of strided arrays are gather kernels; index/scan
+  kernels live in ``lowering/codegen_cuda_kernels.py``. An op with no CUDA rendering raises
   ``NotImplementedError`` naming it (``cuda_supported`` asks first).
 - Launch configuration is chosen from sizes at generation time: a power of
   two threads per block (32..256) and enough blocks to cover the space, at
@@ -43,7 +43,7 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 from gradjit.lowering.codegen_cpu import Generated, _describe, _index, helper_stamps
 from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_update
-from gradjit.lowering.cuda_pool import pool_buffers
+from gradjit.lowering.cuda_pool import entry_lines
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
 MAX_BLOCKS = 1024
@@ -135,7 +135,7 @@ class CudaEmitter:
         arguments are the ``vN``/``pN`` arrays the body names, then ``consts``; launch it."""
         text = "\n".join(body)
         names = sorted(set(re.findall(r"\b([vp]\d+)\b", text)), key=lambda s: (s[0], int(s[1:])))
-        head = [f"@cuda.jit(cache=True)",
+        head = ["@cuda.jit(cache=True)",
                 f"def {name}({', '.join(names + ['consts'])}):" + (f"  # {note}" if note else "")]
         pro = ["    " + c for c in self._kconsts]
         self.kernels.append("\n".join(head + pro + body))
@@ -386,13 +386,7 @@ def generate_cuda(graph, name="entry"):
               *imports, *helper_stamps(imports + ["from gradjit.lowering import special_cpu as sp"]),
               "", ""]
     body = "\n\n\n".join(e.kernels)
-    host, slots = pool_buffers(e.host, rets)
-    ret = [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
-    if slots:   # intermediates live in the module's workspace; results are fresh arrays
-        entry = ([f"_WS = cm.Workspace({slots})", "", "", f"def {name}({args}):",
-                  "    with _WS as ws:"] + ["    " + ln for ln in host + ret])
-    else:
-        entry = [f"def {name}({args}):"] + host + ret
+    entry = entry_lines(name, args, e.host, rets)
     src = "\n".join(header) + body + ("\n\n\n" if body else "") + "\n".join(entry) + "\n"
     return Generated(src, np.array(e.const_values, dtype=np.float64), False)
 

@@ -6,6 +6,8 @@ Contract
   buffers no result can alias into ``NAME = ws(SLOT, SHAPE, DTYPE)``: the
   module's ``cm.Workspace`` allocates each slot on its first call and hands
   the same buffer to every later call. ``slots`` counts them.
+- ``entry_lines(name, args, host, results)``: the launcher's source lines,
+  its body inside ``with _WS as ws:`` when any buffer is pooled.
 - A buffer may alias a result when the result's name is reached from it by
   host assignments (``.reshape``, ``cm.tview``, plain renames, ...): every
   name on the right of an assignment that leads to a result is kept fresh.
@@ -46,3 +48,12 @@ def pool_buffers(host, results):
             slots += 1
         out.append(line)
     return out, slots
+
+
+def entry_lines(name, args, host, results):
+    host, slots = pool_buffers(host, results)
+    ret = [f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})"]
+    if not slots:
+        return [f"def {name}({args}):"] + host + ret
+    return ([f"_WS = cm.Workspace({slots})", "", "", f"def {name}({args}):", "    with _WS as ws:"]
+            + ["    " + ln for ln in host + ret])

@@ -16,6 +16,8 @@ Contract
   copied once per call), keeps ``consts`` on the device, and returns device
   arrays; 0-d values travel as 1-element arrays inside and are reshaped to
   ``()`` at the boundary.
+- ``empty_cache()`` frees the intermediate device buffers compiled functions
+  keep between calls (``lowering/cuda_device.Workspace``).
 - ``run_op(op, arrays, attrs)``: one op on device arrays (eager tensors on
   CUDA), through the same pipeline as a one-node graph, cached per op,
   attributes and input types.
@@ -84,6 +86,15 @@ def _load_target():
         if shim:
             del np.row_stack
     return ""
+
+
+def empty_cache():
+    """Free the intermediate device buffers every compiled CUDA function keeps between
+    calls (``cm.Workspace``); each allocates again on its next call."""
+    import sys
+    device = sys.modules.get("gradjit.lowering.cuda_device")
+    if device is not None:   # nothing was compiled for CUDA otherwise
+        device.empty_cache()
 
 
 def require(what):

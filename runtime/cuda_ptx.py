@@ -3,13 +3,13 @@
 Contract
 - ``ptx_check(graph, cc=(9, 0)) -> [(kernel name, argument types, PTX chars)]``
   renders the graph (``lowering/codegen_cuda.py``), then runs its host
-  ``entry`` against stand-ins: ``cuda.device_array`` returns shape-only
-  arrays (also from the module's workspace; ``cm.tview`` transposes them) and every launch (module kernels and the
-  shared ``cm.mm`` / ``cm.bmm``) records its argument types instead of running. Each recorded
-  kernel is then compiled with ``numba.cuda.compile_ptx`` (NVVM from the CUDA
-  toolkit), so code the simulator accepts but a real GPU compiler rejects
-  fails here. Needs ``numba-cuda`` and NVVM, not a driver; not under the
-  simulator.
+  ``entry`` against stand-ins: ``cuda.device_array`` and the module's
+  workspace return shape-only arrays (``cm.tview`` transposes them), and every
+  launch (module kernels and the shared ``cm.mm`` / ``cm.bmm``) records its
+  argument types instead of running. Each recorded kernel is then compiled
+  with ``numba.cuda.compile_ptx`` (NVVM from the CUDA toolkit), so code the
+  simulator accepts but a real GPU compiler rejects fails here. Needs
+  ``numba-cuda`` and NVVM, not a driver; not under the simulator.
 - Raises whatever NVVM / Numba raise, with the kernel's name prepended.
 """
 from __future__ import annotations
