@@ -117,9 +117,11 @@ class CudaEmitter:
         comment = f"  # {_describe(node)}" if node is not None else ""
         self.host.append("    " + text + comment)
 
-    def alloc(self, v, name=None, shape=None):
+    def alloc(self, v, name=None, shape=None, dtype=None):
+        """Every device allocation of the launcher is this line (``cuda_pool`` rewrites it)."""
         shape = ishape(v) if shape is None else shape
-        self.hemit(f"{name or f'v{v.id}'} = cuda.device_array({shape}, {_np_dtype(v.dtype)})")
+        dtype = v.dtype if dtype is None else dtype
+        self.hemit(f"{name or f'v{v.id}'} = cuda.device_array({shape}, {_np_dtype(dtype)})")
 
     def expr(self, node, args):
         s = _expr(node, args, self)
@@ -222,8 +224,7 @@ def _loop(e, loop, inline):
             for n in reds:
                 body += _block_tree(e, n, threads)
             for n in reds:
-                e.hemit(f"p{n.outputs[0].id} = cuda.device_array({blocks}, "
-                        f"{_np_dtype(n.outputs[0].dtype)})")
+                e.alloc(n.outputs[0], name=f"p{n.outputs[0].id}", shape=blocks)
                 e.alloc(n.outputs[0])
             e.kernel(name, body, (blocks, threads), f"loop over {space}")
             for n in reds:
@@ -318,7 +319,7 @@ def contiguous(e, v, node=None):
     if e.layout.get(v, "C") == "C":
         return f"v{v.id}"
     src = f"v{v.id}[{', '.join(f'i{d}' for d in range(v.ndim))}]"
-    e.hemit(f"p{v.id} = cuda.device_array({v.size}, {_np_dtype(v.dtype)})")
+    e.alloc(v, name=f"p{v.id}", shape=v.size)
     gather_kernel(e, node, v, src, flat_out=True)
     e.hemit(f"p{v.id} = p{v.id}.reshape({ishape(v)})")
     return f"p{v.id}"

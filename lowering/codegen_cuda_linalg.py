@@ -21,14 +21,10 @@ import numpy as np
 from gradjit.lowering.codegen_cuda import contiguous, ishape, launch, unravel
 
 
-def _dt(dt):
-    return f"np.{np.dtype(dt).name}"
-
-
 def _tmp(e, shape, dtype):
     e._ntmp = getattr(e, "_ntmp", 0) + 1
     name = f"p{1000000 + e._ntmp}"
-    e.hemit(f"{name} = cuda.device_array({tuple(shape)}, {_dt(dtype)})")
+    e.alloc(None, name=name, shape=tuple(shape), dtype=dtype)
     return name
 
 

@@ -45,6 +45,7 @@ _dev = cuda.jit(device=True, inline="always")
 if SIMULATED:
     floor, ceil, trunc, rint, fmod = np.floor, np.ceil, np.trunc, np.rint, np.fmod
 else:  # pragma: no cover - needs NVVM; exercised by the PTX tests
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
     from numba.cuda import libdevice as _ld
 
     @_dev
@@ -245,6 +246,8 @@ class Workspace:
     def __init__(self, n):
         self.bufs = [None] * n
         self.lock = threading.Lock()
+        self.hand_out = (self.take if POOL and not numba.config.CUDA_PER_THREAD_DEFAULT_STREAM
+                         else _fresh)
         Workspace.live.add(self)
 
     def take(self, slot, shape, dtype):
@@ -255,12 +258,14 @@ class Workspace:
 
     def __enter__(self):
         self.lock.acquire()
-        if POOL and not numba.config.CUDA_PER_THREAD_DEFAULT_STREAM:
-            return self.take
-        return lambda slot, shape, dtype: cuda.device_array(shape, dtype)
+        return self.hand_out
 
     def __exit__(self, *exc):
         self.lock.release()
+
+
+def _fresh(slot, shape, dtype):
+    return cuda.device_array(shape, dtype)
 
 
 def empty_cache():
@@ -279,7 +284,6 @@ def tview(a):
     arrays, whose ``.T`` is already a view."""
     if SIMULATED:
         return a.T
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
     return DeviceNDArray(a.shape[::-1], a.strides[::-1], a.dtype, stream=a.stream,
                          gpu_data=a.gpu_data)
 
