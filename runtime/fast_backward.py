@@ -47,24 +47,23 @@ except AttributeError:   # another os.environ layout: the public way
 
 def _key(tp, root):
     """The fast key of ``root``'s step and the tape's leaves, or (None, None) when the tape
-    does not hold exactly its history (the checks ``tape.take`` makes, without taking) or
-    a leaf has a hook or was written in place since its first use. A key is (tape parts,
-    leaf types, switches); a list of the parts, not a tuple, so the one-entry memo in
-    front of ``_FAST`` compares it without a copy."""
+    does not hold exactly its history (the checks ``tape.take`` makes, without taking),
+    a node on it has hooks or retain_grad, or a leaf has a hook or was written in place
+    since its first use. A key is (tape parts, leaf types, switches): the types are the
+    tape's, recorded at first use (a leaf whose data or requires_grad is replaced since
+    breaks the tape). A list, not a tuple, so the one-entry memo in front of ``_FAST``
+    compares it without a copy."""
     fn = root.grad_fn
     if tp.open != 1 and not tp.broken:
         tp.trim()   # dead side computations leave entries open (as tape.take)
     if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
-            or fn._tpos != len(tp.parts) - 1 or root._index != 0):
+            or fn._tpos != len(tp.fns) - 1 or root._index != 0 or tp.special):
         return None, None
     leaves = [r() for r in tp.leaves]
-    types = []
     for t, v in zip(leaves, tp.first):
         if t is None or t._hooks or t._box[0] != v:
             return None, None   # (a leaf written in place since: the general path raises)
-        d = t._data
-        types.append((d.shape, d.dtype, t._requires_grad))
-    return [tp.parts, types, _switches()], leaves
+    return [tp.parts, tp.types, _switches()], leaves
 
 
 def _lookup(k):
@@ -76,7 +75,7 @@ def _lookup(k):
         return last[1]
     hit = _FAST.get(_frozen(k))
     if hit is not None:
-        _LAST[0] = ([list(k[0]), k[1], k[2]], hit)
+        _LAST[0] = ([list(k[0]), list(k[1]), k[2]], hit)   # (the tape reuses its lists)
     return hit
 
 
@@ -144,13 +143,8 @@ def fast_backward(root):
     hit = _lookup(k)
     if hit is None:
         return k
-    fns = [r() for r in tp.fns]
-    live = []
-    for f in fns:
-        if f is None or f.hooks or f.retains:
-            return None
-        if f._out is not None and f._out() is not None:
-            live.append(f)
+    fns = [r() for r in tp.fns]   # (all alive: every entry feeds the root's)
+    live = [f for f in fns if f._out() is not None]
     if len(live) > 1:   # tensors of this step the caller holds get their recorded values
         compute_pending(live[:-1] if live[-1] is fns[-1] else live)
     exe, feeds, direct, targets, shape, dtype = hit

@@ -101,7 +101,7 @@ def compute_pending(fns):
                     args.append(e.data)
             res = (op.eager or op.impl)(*args, **f.attrs)
             f.out_data = [np.asarray(res).astype(f.out_types[0][1], copy=False)]
-            t = f._out() if f._out is not None else None
+            t = f._out()
             if t is not None:   # its Tensor keeps the value (a backward then frees out_data)
                 t._data = f.out_data[0]
     finally:

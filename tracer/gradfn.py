@@ -10,7 +10,12 @@ Contract
 - ``HookHandle`` is what ``Tensor.register_hook`` returns.
 - ``in_versions`` records each Tensor edge's version when it was used;
   ``versions`` each output's (box, version), so backward can refuse values an
-  in-place op changed.
+  in-place op changed. A deferred node sets only ``_vbox`` (its one output's
+  box, at version 0): the list is made when first read, since most steps
+  never read it.
+- ``_out()`` gives a deferred node's output Tensor while it lives (``_out`` is
+  a weak reference), else None (``_NO_OUT`` for every other node): backward
+  computes the values of the step's tensors the caller still holds.
 """
 from __future__ import annotations
 
@@ -22,6 +27,11 @@ _seq = itertools.count()
 _NEW = object.__new__
 
 
+def _NO_OUT():
+    """``GradFn._out`` of a node that is not deferred: no output Tensor to find."""
+    return None
+
+
 def _backward_name(op):
     base = op.split(".")[0].lstrip("_")
     return "".join(p.capitalize() for p in base.split("_")) + "Backward0"
@@ -31,8 +41,8 @@ class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "_site", "freed",
-                 "hooks", "retains", "ctx", "versions", "in_versions", "_key", "boundary",
-                 "_tgen", "_tpos", "_out", "__weakref__")
+                 "hooks", "retains", "ctx", "_versions", "_vbox", "in_versions", "_key",
+                 "boundary", "_tgen", "_tpos", "_out", "__weakref__")
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
         # Version of each Tensor edge (leaf or constant) when it was used.
@@ -47,12 +57,25 @@ class GradFn:
         self.hooks = None     # {output index: [hook, ...]}
         self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
         self.ctx = None       # custom Function context
-        self.versions = None  # [(version box, version)] per output, set by the front end
+        self._versions = None  # [(version box, version)] per output, set by the front end
+        self._vbox = None      # (deferred nodes: see ``versions``)
         self.in_versions = in_versions
         self._key = key       # structural key piece (None: computed on first backward)
         self.boundary = None  # device copies: the leaf standing for this node on its device
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
-        self._out = None      # deferred nodes: a weak reference to their output Tensor
+        self._out = _NO_OUT   # deferred nodes: a weak reference to their output Tensor
+
+    @property
+    def versions(self):
+        """[(version box, version)] per output."""
+        v = self._versions
+        if v is None and self._vbox is not None:
+            v = self._versions = [(self._vbox, 0)]
+        return v
+
+    @versions.setter
+    def versions(self, value):
+        self._versions = value
 
     @property
     def site(self):

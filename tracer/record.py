@@ -4,7 +4,9 @@ Contract
 - ``History(roots)`` walks the ``GradFn``s reachable from ``roots`` once, in
   recording order, and gives what a backward call needs on its hot path
   without building any IR: ``key`` (the structural key: ops, attributes,
-  types, wiring, hook/retain positions, custom-Function fingerprints),
+  types and wiring, in the recording tape's flat form (tracer/tape.py), so a
+  walked and a taped history of one structure have one key; hook/retain
+  positions, custom-Function fingerprints),
   addresses of tensors (``addr``: ``("in", i)`` for the i-th leaf met,
   ``("node", j, k)`` for output k of the j-th recorded op) and the arrays at
   those addresses (``array``, with freed-graph and in-place version checks).
@@ -15,7 +17,7 @@ Contract
 from __future__ import annotations
 
 from gradjit.tracer.ir import Graph
-from gradjit.tracer.tape import fn_key as _fn_key, take
+from gradjit.tracer.tape import fn_key as _fn_key, ref_of, take
 from gradjit.tracer.tensor import Tensor
 
 _FREED = ("Trying to backward through the graph a second time (or directly access saved tensors "
@@ -48,9 +50,12 @@ class History:
         self._pos = None   # built when asked (pos): a joint backward never needs it
         self.leaf_pos = {id(t): i for i, t in enumerate(self.leaves)}
         self.stale = {}
-        for slot, version, j in taken.uses:
-            if self.leaves[slot]._box[0] != version:
-                self.stale[slot] = (self.order[j], version)
+        for slot, t in enumerate(self.leaves):
+            if t._box[0] != taken.first[slot]:   # a use saw an older version: which?
+                for fn in self.order:
+                    for e, version in zip(fn.edges, fn.in_versions):
+                        if e is t and version != t._box[0]:
+                            self.stale[slot] = (fn, version)
         self.roots = [("node", len(self.order) - 1, roots[0]._index)]
         leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
         self.extras = self._extras()
@@ -92,10 +97,10 @@ class History:
         self.leaves, self.leaf_pos, self.stale = [], {}, {}
         parts = []
         for j, fn in enumerate(order):
-            refs = []
+            parts.append(_fn_key(fn))
             for e, version in zip(map(_cut, fn.edges), fn.in_versions):
                 if isinstance(e, tuple):
-                    refs.append((pos[id(e[0])], e[1]))
+                    parts.append(ref_of(pos[id(e[0])], e[1]))
                     continue
                 i = self.leaf_pos.get(id(e))
                 if i is None:
@@ -103,8 +108,7 @@ class History:
                     self.leaves.append(e)
                 if version is not None and e._box[0] != version:
                     self.stale[i] = (fn, version)
-                refs.append(i)
-            parts.append((_fn_key(fn), tuple(refs)))
+                parts.append(i)
         for t in roots:  # a leaf root (x.backward() on a leaf) is an input of the graph
             if t.grad_fn is None and id(t) not in self.leaf_pos:
                 self.leaf_pos[id(t)] = len(self.leaves)

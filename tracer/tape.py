@@ -2,11 +2,19 @@
 
 Contract
 - The eager front end ``add``s every GradFn it records on the CPU (with a
-  differentiable output) to this thread's tape, with its key piece (``fn_key``:
-  op, attributes, output types) and its wiring: ``(tape position, output
-  index)`` for an input made by a node on this tape, a leaf slot (numbered by
-  first use) for a leaf or constant Tensor. That is exactly the numbering
-  ``tracer.record.History`` gives a graph whose nodes are the tape's entries.
+  differentiable output) to this thread's tape: ``parts`` gets its key piece
+  (``fn_key``: op, attributes, output types, number of inputs) and then one
+  ``ref`` per input: a leaf slot (numbered by first use) for a leaf or constant
+  Tensor, ``~position`` for output 0 of a node on this tape, ``(position,
+  output index)`` for another output. ``parts`` is flat (no tuple per entry:
+  it is rebuilt every step, and the piece fixes how many refs follow). That is
+  exactly the numbering ``tracer.record.History`` gives a graph whose nodes
+  are the tape's entries, and the key it builds. ``first`` and ``types`` hold
+  each leaf's version, and (shape, dtype, requires_grad), at its first use;
+  ``forget`` breaks the tape when a leaf's data or requires_grad is replaced
+  after that, and ``special`` is set when a node on it gets a hook or
+  ``retain_grad``, from any thread (runtime/fast_backward.py reads both
+  instead of checking every leaf and node).
 - ``take(roots)`` starts the tape over and returns what it recorded
   (``Taken``) when that is exactly the history of the single root: the root's
   node is the last entry and every other entry feeds a later one (so, by
@@ -102,19 +110,25 @@ _PIECES = {}
 _piece_ids = itertools.count(1)
 
 
-def key_of(op, attrs, out_types):
+def key_of(op, attrs, out_types, n_in):
     """A node's piece of the structural key: a positive int standing for (op, attributes
-    (exact), output types), interned in this process so that keys of long histories hash
-    and compare as ints. Ids are never reused, so dropping the table (it is bounded)
-    cannot make an old key match a new piece."""
+    (exact), output types, number of inputs), interned in this process so that keys of
+    long histories hash and compare as ints. Ids are never reused, so dropping the table
+    (it is bounded) cannot make an old key match a new piece."""
     k = (op, tuple((a, _key_attr(v)) for a, v in attrs.items()),
-         tuple((s, d.str) for s, d in out_types))
+         tuple((s, d.str) for s, d in out_types), n_in)
     i = _PIECES.get(k)
     if i is None:
         if len(_PIECES) >= 65536:   # (attributes that change every step, e.g. x * lr)
             _PIECES.clear()
         i = _PIECES[k] = next(_piece_ids)
     return i
+
+
+def ref_of(pos, index):
+    """The key's reference to output ``index`` of the node at ``pos`` (a leaf's is its
+    slot, an int >= 0): output 0, the usual one, as a negative int (no tuple to make)."""
+    return ~pos if index == 0 else (pos, index)
 
 
 def attrs_key(attrs):
@@ -136,24 +150,26 @@ def fn_key(fn):
     """A recorded node's piece of the structural key (cached on the node)."""
     k = fn._key
     if k is None:
-        k = fn._key = key_of(fn.op, fn.attrs, fn.out_types)
+        k = fn._key = key_of(fn.op, fn.attrs, fn.out_types, len(fn.edges))
     return k
 
 
 class Tape:
-    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "uses",
-                 "broken", "trim_at")
+    __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "types",
+                 "broken", "special", "trim_at", "__weakref__")
 
     def __init__(self):
         self.gen = next(_gens)
         self.fns, self.parts, self.fed = [], [], []
         self.open = 0            # entries no later entry reads
         self.slots, self.leaves = {}, []   # id(leaf) -> slot; weak refs by slot
-        self.uses = []           # (slot, version when used, entry) of every leaf use
         self.first = []          # by slot: the leaf's version at its first use (versions
         #                          only grow: every use saw the current one iff the first did)
+        self.types = []          # by slot: (shape, dtype, requires_grad) at its first use
         self.broken = False
+        self.special = False     # a node here has hooks or retain_grad (mark_special)
         self.trim_at = TRIM_MIN
+        _TAPES.add(self)
 
     def restart(self):
         """Start over as a new tape would (a new generation, nothing recorded), reusing
@@ -165,10 +181,10 @@ class Tape:
         self.fed.clear()
         self.slots.clear()
         self.leaves.clear()
-        self.uses.clear()
         self.first.clear()
+        self.types.clear()
         self.open = 0
-        self.broken = False
+        self.broken = self.special = False
         self.trim_at = TRIM_MIN
 
     def add(self, fn):
@@ -176,15 +192,11 @@ class Tape:
         n = self._room()
         if n is None:
             return False
-        refs = []
         for e in fn.edges:
-            if type(e) is not tuple:
-                refs.append(None)
-            elif e[0]._tgen != self.gen:
+            if type(e) is tuple and e[0]._tgen != self.gen:
                 return self.clear()
-            else:
-                refs.append((e[0]._tpos, e[1]))
-        self._enter(fn, fn._key or fn_key(fn), fn.edges, fn.in_versions, refs, n)
+        self._enter(fn, n)
+        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
         return True
 
     def push(self, op, attrs, inputs, out_types, piece):
@@ -192,13 +204,13 @@ class Tape:
         its ``GradFn`` is built from the same pass over the inputs that wires its entry
         (the hot path of a tensor-mode step, written out flat: every call saved here is
         saved on every op of every step; ``add`` takes a node already built). Returns
-        the GradFn (its ``site``, ``versions`` and ``_out`` are the caller's to set), or
+        the GradFn (its ``site``, ``_vbox`` and ``_out`` are the caller's to set), or
         None when there is nothing to defer: no input requires grad, an input is an
         inference tensor, or the tape is (or, meeting an input it cannot describe, gets)
         broken."""
         if self.broken:
             return None
-        n = len(self.parts)
+        n = len(self.fns)
         if n >= self.trim_at or n >= LIMIT:
             n = self._room()
             if n is None:
@@ -211,8 +223,9 @@ class Tape:
                 record = True
         if not record:
             return None
-        edges, in_versions, refs = [], [], []
-        gen, fed = self.gen, self.fed
+        edges, in_versions = [], []
+        gen, fed, parts = self.gen, self.fed, self.parts
+        parts.append(piece)
         for t in inputs:
             src = t.grad_fn
             if src is None:
@@ -221,11 +234,8 @@ class Tape:
                 in_versions.append(v)
                 slot = self.slots.get(id(t))
                 if slot is None:
-                    slot = self.slots[id(t)] = len(self.leaves)
-                    self.leaves.append(weakref.ref(t))
-                    self.first.append(v)
-                self.uses.append((slot, v, n))
-                refs.append(slot)
+                    slot = self._leaf(t, v)
+                parts.append(slot)
             elif src._tgen != gen:
                 self.clear()
                 return None
@@ -233,7 +243,7 @@ class Tape:
                 i, p = t._index, src._tpos
                 edges.append((src, i))
                 in_versions.append(None)
-                refs.append((p, i))
+                parts.append(~p if i == 0 else (p, i))   # (ref_of, inline)
                 if not fed[p]:
                     fed[p] = True
                     self.open -= 1
@@ -242,19 +252,27 @@ class Tape:
             op, attrs, edges, in_versions, out_types, piece)
         fn.out_data, fn.seq, fn.freed, fn.hooks, fn.retains, fn.ctx, fn.boundary = (
             None, next(_seq), False, None, None, None, None)
-        fn._tgen, fn._tpos = gen, n
-        self.parts.append((piece, tuple(refs)))
+        fn._versions, fn._tgen, fn._tpos = None, gen, n
         self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
         fed.append(False)
         self.open += 1
         return fn
+
+    def _leaf(self, t, version):
+        """A new slot for leaf (or constant) ``t``, first used at ``version``."""
+        slot = self.slots[id(t)] = len(self.leaves)
+        self.leaves.append(weakref.ref(t))
+        self.first.append(version)
+        d = t._data
+        self.types.append((d.shape, d.dtype, t._requires_grad))
+        return slot
 
     def _room(self):
         """The next entry's position; None when the tape is broken or, even trimmed, full
         (it then breaks)."""
         if self.broken:
             return None
-        n = len(self.parts)
+        n = len(self.fns)
         if n >= self.trim_at:
             n = self.trim()
         if n >= LIMIT:
@@ -262,27 +280,23 @@ class Tape:
             return None
         return n
 
-    def _enter(self, fn, piece, edges, in_versions, refs, n):
-        """Append ``fn`` as entry ``n``. ``refs[i]``: (position, output index) for an input
-        made on this tape, None for a leaf or constant (its slot is found here)."""
-        fed = self.fed
-        for i, r in enumerate(refs):
-            if r is None:
-                e = edges[i]
-                slot = self.slots.get(id(e))
-                if slot is None:
-                    slot = self.slots[id(e)] = len(self.leaves)
-                    self.leaves.append(weakref.ref(e))
-                    v = in_versions[i]
-                    self.first.append(e._box[0] if v is None else v)
-                if in_versions[i] is not None:
-                    self.uses.append((slot, in_versions[i], n))
-                refs[i] = slot
-            elif not fed[r[0]]:
-                fed[r[0]] = True
-                self.open -= 1
-        self.parts.append((piece, tuple(refs)))
-        self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
+    def _enter(self, fn, n):
+        """Append ``fn``'s part of the key (its inputs: made on this tape, or leaves) as
+        entry ``n``; the caller appends its weak reference to ``fns``."""
+        fed, parts = self.fed, self.parts
+        parts.append(fn._key or fn_key(fn))
+        for e, v in zip(fn.edges, fn.in_versions):
+            if type(e) is tuple:
+                p = e[0]._tpos
+                parts.append(ref_of(p, e[1]))
+                if not fed[p]:
+                    fed[p] = True
+                    self.open -= 1
+                continue
+            slot = self.slots.get(id(e))
+            if slot is None:
+                slot = self._leaf(e, e._box[0] if v is None else v)
+            parts.append(slot)
         fed.append(False)
         self.open += 1
         fn._tgen, fn._tpos = self.gen, n
@@ -295,37 +309,14 @@ class Tape:
         growing it until it breaks. Run when the tape reaches ``trim_at``, which then
         doubles past what stays: linear time overall. Returns the new length."""
         n = len(self.fns)
-        alive = [(p, f) for p, f in enumerate(r() for r in self.fns) if f is not None]
+        alive = [(r, f) for r, f in ((r, r()) for r in self.fns) if f is not None]
         if len(alive) < n:
-            pos = {p: q for q, (p, _) in enumerate(alive)}
-            new_slot, leaves, slots, parts, first = {}, [], {}, [], []
-            fed = [False] * len(alive)
-            for p, _ in alive:
-                piece, refs = self.parts[p]
-                out = []
-                for r in refs:
-                    if type(r) is tuple:
-                        q = pos[r[0]]
-                        fed[q] = True
-                        out.append((q, r[1]))
-                        continue
-                    s = new_slot.get(r)
-                    if s is None:
-                        s = new_slot[r] = len(leaves)
-                        leaves.append(self.leaves[r])
-                        first.append(self.first[r])   # (no later than the kept uses)
-                        t = self.leaves[r]()
-                        if t is not None:
-                            slots[id(t)] = s
-                    out.append(s)
-                parts.append((piece, tuple(out)))
-            self.uses = [(new_slot[s], v, pos[e]) for s, v, e in self.uses if e in pos]
-            self.parts, self.leaves, self.slots, self.fed = parts, leaves, slots, fed
-            self.first = first
-            self.fns = [self.fns[p] for p, _ in alive]
-            self.open = fed.count(False)
-            for q, (_, f) in enumerate(alive):
-                f._tpos = q
+            self.fns, self.parts, self.fed = [], [], []
+            self.slots, self.leaves, self.first, self.types = {}, [], [], []
+            self.open = 0
+            for q, (r, f) in enumerate(alive):   # (inputs first: they are older)
+                self._enter(f, q)
+                self.fns.append(r)   # (kept: entry PAUSE_AT's may be _long's)
         self.trim_at = max(TRIM_MIN, 2 * len(alive))
         return len(alive)
 
@@ -335,8 +326,8 @@ class Tape:
         self.broken = True
         resume()
         self.flush()
-        self.fns, self.parts, self.fed, self.slots, self.leaves, self.uses = [], [], [], {}, [], []
-        self.first = []
+        self.fns, self.parts, self.fed, self.slots, self.leaves = [], [], [], {}, []
+        self.first, self.types = [], []
         return False
 
     def flush(self):
@@ -346,10 +337,10 @@ class Tape:
 
 
 class Taken:
-    __slots__ = ("fns", "leaves", "parts", "uses")
+    __slots__ = ("fns", "leaves", "parts", "first")
 
-    def __init__(self, fns, leaves, parts, uses):
-        self.fns, self.leaves, self.parts, self.uses = fns, leaves, parts, uses
+    def __init__(self, fns, leaves, parts, first):
+        self.fns, self.leaves, self.parts, self.first = fns, leaves, parts, first
 
 
 def current():
@@ -358,6 +349,25 @@ def current():
         tape = _local.tape = Tape()
     return tape
 
+
+_TAPES = weakref.WeakSet()   # every tape alive, of any thread (made rarely: see restart)
+
+
+def forget(t):
+    """``t``'s data or requires_grad is being replaced: a tape that has it as a leaf
+    recorded its type at first use, which no longer holds: it breaks (the general
+    backward path walks the graph)."""
+    for tp in list(_TAPES):
+        if id(t) in tp.slots and not tp.broken:
+            tp.clear()
+
+
+def mark_special(fn):
+    """``fn`` got a hook or ``retain_grad``: the tape it is on, if any, is special."""
+    if fn._tgen:
+        for tp in list(_TAPES):
+            if tp.gen == fn._tgen:
+                tp.special = True
 
 def flush():
     """Compute the deferred nodes on this thread's tape (before an in-place write)."""
@@ -375,7 +385,7 @@ def take(roots):
         tape.flush()   # entries the new tape does not know: none may stay pending
         return None
     fn = roots[0].grad_fn
-    if fn is None or fn._tgen != tape.gen or fn._tpos != len(tape.parts) - 1:
+    if fn is None or fn._tgen != tape.gen or fn._tpos != len(tape.fns) - 1:
         tape.flush()
         return None
     fns = [r() for r in tape.fns]
@@ -383,4 +393,4 @@ def take(roots):
     if any(f is None for f in fns) or any(t is None for t in leaves):
         tape.flush()
         return None   # cannot happen when the entries are all reachable; stay safe
-    return Taken(fns, leaves, tape.parts, tape.uses)
+    return Taken(fns, leaves, tape.parts, tape.first)

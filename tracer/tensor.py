@@ -57,8 +57,9 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         self._box = box if box is not None else [0]  # version counter, shared by aliases
         self._inference = is_inference_mode_enabled()
         self._ty = None   # a pending Tensor's type token (_SEEN's keys)
-        if requires_grad:
-            self.requires_grad = True
+        if requires_grad:   # (not the setter: no tape can have a new tensor to forget)
+            self._float_check()
+            self._requires_grad = True
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -71,6 +72,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
     @data.setter
     def data(self, value):
+        tape.forget(self)   # (its type recorded at first use may no longer hold)
         self._data = value
 
     @property
@@ -91,13 +93,19 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
     @requires_grad.setter
     def requires_grad(self, flag):
-        if flag and self.data.dtype.kind != "f":
+        if flag:
+            self._float_check()
+        if self.grad_fn is not None and not flag:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
+        if bool(flag) != self._requires_grad:
+            tape.forget(self)   # (as the data setter)
+        self._requires_grad = bool(flag)
+
+    def _float_check(self):
+        if self.data.dtype.kind != "f":
             raise GradjitError(f"Only Tensors of floating point dtype can require gradients "
                                f"(got a tensor of dtype {self.data.dtype.name} and shape "
                                f"{self.data.shape})", user_site())
-        if self.grad_fn is not None and not flag:
-            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
-        self._requires_grad = bool(flag)
 
     def requires_grad_(self, flag=True):
         self.requires_grad = flag
@@ -137,6 +145,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         else:
             table = self.grad_fn.hooks = self.grad_fn.hooks or {}
             hooks = table.setdefault(self._index, [])
+            tape.mark_special(self.grad_fn)
         hooks.append(hook)
         return HookHandle(hooks, hook)
 
@@ -148,6 +157,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             import weakref
             table = self.grad_fn.retains = self.grad_fn.retains or {}
             table[self._index] = weakref.ref(self)
+            tape.mark_special(self.grad_fn)
 
     @property
     def retains_grad(self):
@@ -227,7 +237,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             op = get_op(op_name)
             if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                 done = _compute(op_name, inputs, attrs)
-                _SEEN[key] = (done[0], done[1], done[5], tape.key_of(done[0].name, done[1], done[5]),
+                piece = tape.key_of(done[0].name, done[1], done[5], len(inputs))
+                _SEEN[key] = (done[0], done[1], done[5], piece,
                               _deferrable(op, done[5]) and _type_token(done[5][0]))
                 return cls._finish(*done)
             # Deferrable: only the types are needed now (their inference reads no values,
@@ -236,7 +247,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             out_types = op.infer([t._data if t._data is not None else
                                   np.broadcast_to(np.zeros((), t.dtype), t.shape)
                                   for t in inputs], bound)
-            hit = _SEEN[key] = (op, bound, out_types, tape.key_of(op.name, bound, out_types),
+            piece = tape.key_of(op.name, bound, out_types, len(inputs))
+            hit = _SEEN[key] = (op, bound, out_types, piece,
                                 _deferrable(op, out_types) and _type_token(out_types[0]))
         op, attrs, out_types, piece, ty = hit
         if ty and _DEFER[0] and _modes.enabled:
@@ -250,7 +262,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 t = _NEW(Tensor)
                 t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
                 t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
-                fn.versions = [(t._box, 0)]
+                fn._vbox = t._box
                 fn._out = _weakref(t)
                 return t
         tok = _quiet()

@@ -287,11 +287,14 @@ def test_trim_renumbers_what_stays(rng, monkeypatch):
     (x * w).sum()                             # dead
     z = (y * w + x * w).sum()                 # the 6-entry check trims before z's sum
     tp = tape.current()
-    assert len(tp.parts) == 5 and tp.open == 1
+    assert len(tp.fns) == 5 and tp.open == 1
     assert [r() for r in tp.fns][0] is y.grad_fn and y.grad_fn._tpos == 0
-    assert tp.parts[1][1] == ((0, 0), 1) and [r() for r in tp.leaves] == [b, w, x]
-    assert [(s, e) for s, _, e in tp.uses] == [(0, 0), (0, 0), (1, 1), (2, 2), (1, 2)]
+    # flat: each entry's piece, then its inputs (leaf slot, or ~position of a node's output)
+    refs = [tp.parts[1:3], tp.parts[4:6], tp.parts[7:9], tp.parts[10:12], tp.parts[13:]]
+    assert refs == [[0, 0], [~0, 1], [2, 1], [~1, ~2], [~3]] and len(tp.parts) == 14
+    assert [r() for r in tp.leaves] == [b, w, x]
     assert tp.first == [2, 1, 0]   # each kept leaf's version when first used, by new slot
+    assert tp.types == [(t.shape, t.dtype, t.requires_grad) for t in (b, w, x)]
     z.backward()
     np.testing.assert_allclose(w.grad.data, (b.data ** 2 + x.data).sum(0), rtol=1e-13)
     np.testing.assert_allclose(b.grad.data, 2 * b.data * w.data.sum() * 4, rtol=1e-13)
