@@ -178,3 +178,57 @@ def test_pending_nodes_set_every_slot(rng):
     for name in GradFn.__slots__:
         if name != "__weakref__":
             assert hasattr(b, name) or not hasattr(a, name), name
+
+
+def test_hook_registered_after_the_forward_from_another_thread(rng, fast):
+    """A hook on an intermediate, registered from another thread once the step is
+    recorded, still runs: its node's tape is marked wherever the hook comes from."""
+    import threading
+    x, w, b = _setup(rng)
+    for _ in range(2):
+        w.grad = b.grad = None
+        _loss(x, w, b).backward()
+    n = fast[0]
+    assert n >= 1
+    u = x * w + b
+    loss = (np.tanh(u) ** 2).sum()
+    seen = []
+    th = threading.Thread(target=lambda: u.register_hook(lambda g: seen.append(g.data.copy())))
+    th.start()
+    th.join()
+    w.grad = b.grad = None
+    loss.backward()
+    t = np.tanh(x.data * w.data + b.data)
+    np.testing.assert_allclose(seen[0], 2 * t * (1 - t * t), rtol=1e-12)
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    assert fast[0] == n   # the general path ran the hook
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()   # the next step's tape is plain again
+    assert fast[0] == n + 1
+
+
+def test_leaf_data_replaced_after_its_use(rng, fast):
+    """``w.data = ...`` between forward and backward: the tape's record of w's type no
+    longer holds, so the step leaves the fast path; the recorded values are those of the
+    old data, as eager ops would have computed them."""
+    x, w, _ = _setup(rng)
+    for _ in range(2):
+        w.grad = None
+        (x * w).sum().backward()
+    n = fast[0]
+    old = w.data
+    loss = (x * w).sum()
+    w.data = np.concatenate([old, old])[:3] * 2.0
+    w.grad = None
+    loss.backward()
+    assert fast[0] == n
+    np.testing.assert_allclose(loss.data, (x.data * old).sum(), rtol=1e-13)
+    np.testing.assert_allclose(w.grad.data, x.data.sum(0), rtol=1e-13)
+    # a new shape: the next step records it and compiles for it
+    w.data = np.ones(1)
+    w.grad = None
+    for _ in range(2):
+        w.grad = None
+        (x * w).sum().backward()
+        np.testing.assert_allclose(w.grad.data, [x.data.sum()], rtol=1e-13)
+    assert fast[0] == n + 1
