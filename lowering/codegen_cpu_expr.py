@@ -7,8 +7,9 @@ Contract
   expressions ``a``; scalar attributes become ``consts`` slots (``e.const``),
   transcendentals ``fm.<name>`` where the emitter allows fast math. An op with
   no expression raises NotImplementedError naming it.
-- ``_acc_init(node)`` / ``acc_update(op, tgt, x)``: a reduction's initial value
-  and its accumulation statement (NaN propagates through max and min).
+- ``acc_init(op, dtype, exact)`` / ``acc_update(op, tgt, x)``: a reduction's
+  initial value (a literal) and its accumulation statement (NaN propagates
+  through max and min); shared with the CUDA generator.
 - ``_lit(x, dtype)``: a literal of that dtype (``codegen_cpu_math``'s, which the op
   family there needs first).
 """
@@ -75,15 +76,25 @@ def _expr(node, a, e):
     raise NotImplementedError(f"CPU code generator: no scalar expression for elementwise op '{op}'")
 
 
+def acc_init(op, dt, exact=False):
+    """The initial value of reduction ``op`` with result dtype ``dt``, as a literal.
+    Floating sums and products start from a Python float unless ``exact``: Numba then
+    accumulates float32 in float64 on the CPU; CUDA kernels (``exact``) keep the dtype."""
+    dt = np.dtype(dt)
+    if op == "amax.default":
+        return ("-math.inf" if dt.kind == "f" else
+                repr(int(np.iinfo(dt).min)) if dt.kind in "iu" else "False")
+    if op == "amin.default":
+        return ("math.inf" if dt.kind == "f" else
+                repr(int(np.iinfo(dt).max)) if dt.kind in "iu" else "True")
+    one = op in ("prod.default", "prod.dim_int")
+    if dt.kind == "f" and not exact:
+        return "1.0" if one else "0.0"
+    return _lit(1 if one else 0, dt)
+
+
 def _acc_init(node):
-    dt = node.outputs[0].dtype
-    if node.op == "amax.default":
-        return "-np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).min"
-    if node.op == "amin.default":
-        return "np.inf" if dt.kind == "f" else f"np.iinfo({_np_dtype(dt)}).max"
-    if node.op in ("prod.default", "prod.dim_int"):
-        return "1.0" if dt.kind == "f" else "1"
-    return "0.0" if dt.kind == "f" else "0"
+    return acc_init(node.op, node.outputs[0].dtype)
 
 
 def acc_update(op, tgt, x):

@@ -42,7 +42,7 @@ import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 from gradjit.lowering.codegen_cpu import Generated, _describe, _index, helper_stamps
-from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_update
+from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_init, acc_update
 from gradjit.lowering.cuda_pool import entry_lines
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
@@ -73,14 +73,7 @@ def ishape(v):
 
 
 def _acc_init(op, dt):
-    dt = np.dtype(dt)
-    if op == "amax.default":
-        return "-math.inf" if dt.kind == "f" else repr(int(np.iinfo(dt).min)) if dt.kind in "iu" else "False"
-    if op == "amin.default":
-        return "math.inf" if dt.kind == "f" else repr(int(np.iinfo(dt).max)) if dt.kind in "iu" else "True"
-    if op in ("prod.default", "prod.dim_int"):
-        return _lit(1, dt)
-    return _lit(0, dt)
+    return acc_init(op, dt, exact=True)
 
 
 _combine = acc_update   # the CPU's accumulation statements, NaN-propagating max/min
