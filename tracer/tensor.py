@@ -57,9 +57,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         self._box = box if box is not None else [0]  # version counter, shared by aliases
         self._inference = is_inference_mode_enabled()
         self._ty = None   # a pending Tensor's type token (_SEEN's keys)
-        if requires_grad:   # (not the setter: no tape can have a new tensor to forget)
-            self._float_check()
-            self._requires_grad = True
+        if requires_grad:
+            self.requires_grad = True
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -93,19 +92,15 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
     @requires_grad.setter
     def requires_grad(self, flag):
-        if flag:
-            self._float_check()
+        if flag and self.data.dtype.kind != "f":
+            raise GradjitError(f"Only Tensors of floating point dtype can require gradients "
+                               f"(got a tensor of dtype {self.data.dtype.name} and shape "
+                               f"{self.data.shape})", user_site())
         if self.grad_fn is not None and not flag:
             raise RuntimeError("you can only change requires_grad flags of leaf variables.")
         if bool(flag) != self._requires_grad:
             tape.forget(self)   # (as the data setter)
         self._requires_grad = bool(flag)
-
-    def _float_check(self):
-        if self.data.dtype.kind != "f":
-            raise GradjitError(f"Only Tensors of floating point dtype can require gradients "
-                               f"(got a tensor of dtype {self.data.dtype.name} and shape "
-                               f"{self.data.shape})", user_site())
 
     def requires_grad_(self, flag=True):
         self.requires_grad = flag
@@ -154,7 +149,6 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.grad_fn is not None:
-            import weakref
             table = self.grad_fn.retains = self.grad_fn.retains or {}
             table[self._index] = weakref.ref(self)
             tape.mark_special(self.grad_fn)
