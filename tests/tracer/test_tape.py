@@ -59,6 +59,8 @@ def test_training_step_backward_takes_the_tape(walks):
     lambda x, w, b: (w * w + x * w).sum() * b,                  # a leaf used twice
     lambda x, w, b: ((x @ w) * 0.0 + (x @ w) * -0.0).sum() + b,  # signed zero attributes
     lambda x, w, b: (x * w).sum(1).max() + (w ** 3).mean() - b,
+    # output 1 of a two-output op: the key's (position, index) form, not ~position
+    lambda x, w, b: np.linalg.slogdet((x * w) @ (x * w).T + 5.0 * np.eye(4))[1] * b,
 ])
 def test_tape_key_equals_the_walked_key(build):
     x, w, b = _leaves(1)
