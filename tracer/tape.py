@@ -156,13 +156,14 @@ def fn_key(fn):
 
 class Tape:
     __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "types",
-                 "broken", "special", "trim_at", "__weakref__")
+                 "broken", "special", "trim_at", "held", "__weakref__")
 
     def __init__(self):
         self.gen = next(_gens)
         self.fns, self.parts, self.fed = [], [], []
         self.open = 0            # entries no later entry reads
         self.slots, self.leaves = {}, []   # id(leaf) -> slot; weak refs by slot
+        self.held = []           # the last step's leaves (restart)
         self.first = []          # by slot: the leaf's version at its first use (versions
         #                          only grow: every use saw the current one iff the first did)
         self.types = []          # by slot: (shape, dtype, requires_grad) at its first use
@@ -180,6 +181,9 @@ class Tape:
         self.parts.clear()
         self.fed.clear()
         self.slots.clear()
+        # the leaves' weak references stay alive one more step: a step that uses the
+        # same leaves again gets them back from weakref.ref instead of new ones
+        self.leaves, self.held = self.held, self.leaves
         self.leaves.clear()
         self.first.clear()
         self.types.clear()
