@@ -170,23 +170,20 @@ class Tape:
         self.broken = False
         self.special = False     # a node here has hooks or retain_grad (mark_special)
         self.trim_at = TRIM_MIN
-        _TAPES.add(self)
+        with _TAPES_LOCK:   # (two threads making tapes at once must both be listed)
+            _TAPES[:] = [r for r in _TAPES if r() is not None] + [weakref.ref(self)]
 
     def restart(self):
         """Start over as a new tape would (a new generation, nothing recorded), reusing
         this one's lists: the fast backward path (runtime/fast_backward.py) takes the
         tape after every step, and a new Tape is nine objects to make and free."""
         self.gen = next(_gens)
-        self.fns.clear()
-        self.parts.clear()
-        self.fed.clear()
-        self.slots.clear()
+        for seq in (self.fns, self.parts, self.fed, self.slots, self.first, self.types):
+            seq.clear()
         # the leaves' weak references stay alive one more step: a step that uses the
         # same leaves again gets them back from weakref.ref instead of new ones
         self.leaves, self.held = self.held, self.leaves
         self.leaves.clear()
-        self.first.clear()
-        self.types.clear()
         self.open = 0
         self.broken = self.special = False
         self.trim_at = TRIM_MIN
@@ -354,24 +351,29 @@ def current():
     return tape
 
 
-_TAPES = weakref.WeakSet()   # every tape alive, of any thread (made rarely: see restart)
+_TAPES = []   # weak references to every tape alive, of any thread (tapes are made rarely:
+#              see restart; a list, not a WeakSet: forget runs on every ``t.data = ...``)
+_TAPES_LOCK = threading.Lock()
 
 
 def forget(t):
     """``t``'s data or requires_grad is being replaced: a tape that has it as a leaf
     recorded its type at first use, which no longer holds: it breaks (the general
     backward path walks the graph)."""
-    for tp in list(_TAPES):
-        if id(t) in tp.slots and not tp.broken:
+    for r in _TAPES:
+        tp = r()
+        if tp is not None and id(t) in tp.slots and not tp.broken:
             tp.clear()
 
 
 def mark_special(fn):
     """``fn`` got a hook or ``retain_grad``: the tape it is on, if any, is special."""
     if fn._tgen:
-        for tp in list(_TAPES):
-            if tp.gen == fn._tgen:
+        for r in _TAPES:
+            tp = r()
+            if tp is not None and tp.gen == fn._tgen:
                 tp.special = True
+
 
 def flush():
     """Compute the deferred nodes on this thread's tape (before an in-place write)."""
