@@ -118,6 +118,10 @@ def where(condition, x, y):
 
 
 def matmul(a, b):
+    """``a @ b`` (``ArrayOps.__matmul__`` is this function: no gradjit frame between the
+    user's line and the front end, see ``sum``); ``b`` may be array-like."""
+    if type(b) is not type(a):
+        b = a._coerce(b)
     sa, sb = a.shape, b.shape
     if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and a.dtype == b.dtype:
         if type(a) is type(b):   # the usual case, without the general checks or apply's search
@@ -218,11 +222,10 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     __rmul__ = _reflected("mul")
     def __rtruediv__(self, other): return binary("div", other, self)
     def __rpow__(self, other): return binary("pow", other, self)
-    def __neg__(self): return apply("neg.default", [self], {})
+    def __neg__(self): return self._apply("neg.default", [self], {})
     def __pos__(self): return self
-    def __abs__(self): return apply("abs.default", [self], {})
-    def __matmul__(self, other):
-        return matmul(self, other if type(other) is type(self) else self._coerce(other))
+    def __abs__(self): return self._apply("abs.default", [self], {})
+    __matmul__ = matmul
     def __rmatmul__(self, other): return matmul(self._coerce(other), self)
 
     def _coerce(self, x):

@@ -151,12 +151,15 @@ def test_recorded_ops_name_the_users_line_from_every_entry_point(rng):
         "reflected": 2.0 * x,  # entry-reflected
         "ufunc": np.tanh(x),  # entry-ufunc
         "method": x.sum(),  # entry-method
+        "matmul": x @ x,  # entry-matmul
+        "negation": -x,  # entry-negation
         "helper": _square_sum(x),
     }
     ops["multiline"] = (x
                         + 1.0)  # entry-multiline
     lines = {"operator": "entry-operator", "reflected": "entry-reflected", "ufunc": "entry-ufunc",
-             "method": "entry-method", "helper": "helper-line", "multiline": "entry-multiline"}
+             "method": "entry-method", "matmul": "entry-matmul", "negation": "entry-negation",
+             "helper": "helper-line", "multiline": "entry-multiline"}
     for name, t in ops.items():
         site = t.grad_fn.site
         assert site is not None and os.path.basename(site.filename) == THIS_FILE, name
