@@ -232,3 +232,29 @@ def test_leaf_data_replaced_after_its_use(rng, fast):
         (x * w).sum().backward()
         np.testing.assert_allclose(w.grad.data, [x.data.sum()], rtol=1e-13)
     assert fast[0] == n + 1
+
+
+def test_threads_train_on_their_own_tapes(rng, fast):
+    """Each thread records on its own tape: concurrent training steps all take the fast
+    path after their first and match NumPy."""
+    import threading
+    cases = [_setup(np.random.default_rng(seed)) for seed in range(3)]
+    errors = []
+
+    def train(x, w, b):
+        try:
+            for _ in range(30):
+                w.grad = b.grad = None
+                _loss(x, w, b).backward()
+                _, gw, gb = _ref(x, w, b)
+                np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+                np.testing.assert_allclose(b.grad.data, gb, rtol=1e-12)
+        except Exception as e:   # noqa: BLE001 (reported by the main thread)
+            errors.append(e)
+    threads = [threading.Thread(target=train, args=c) for c in cases]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    assert fast[0] >= 3 * 28   # (the first step of each thread may compile or look up)
