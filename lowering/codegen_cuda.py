@@ -72,8 +72,10 @@ def ishape(v):
     return v.shape if v.ndim else (1,)
 
 
-def _acc_init(op, dt):
-    return acc_init(op, dt, exact=True)
+def _acc_inits(reds, pad):
+    """The accumulators' first values (in their own dtype: a float32 sum stays float32)."""
+    return [f"{pad}r{n.outputs[0].id} = {acc_init(n.op, n.outputs[0].dtype, exact=True)}"
+            for n in reds]
 
 
 _combine = acc_update   # the CPU's accumulation statements, NaN-propagating max/min
@@ -206,7 +208,7 @@ def _loop(e, loop, inline):
         if dims is None or dims == "full":
             blocks, threads = launch(size)
             body = ["    i = cuda.grid(1)", "    stride = cuda.gridsize(1)"]
-            body += [f"    r{n.outputs[0].id} = {_acc_init(n.op, n.outputs[0].dtype)}" for n in reds]
+            body += _acc_inits(reds, "    ")
             body.append(f"    while i < {size}:")
             body += unravel(space, range(r))
             lines, read = _members(e, loop, inline, 2, stores)
@@ -229,7 +231,7 @@ def _loop(e, loop, inline):
             body = ["    i = cuda.grid(1)", "    stride = cuda.gridsize(1)",
                     f"    while i < {nk}:"]
             body += unravel(space, kept)
-            body += [f"        r{n.outputs[0].id} = {_acc_init(n.op, n.outputs[0].dtype)}" for n in reds]
+            body += _acc_inits(reds, "        ")
             depth = 2
             for d in dims:
                 body.append("    " * depth + f"for i{d} in range({space[d]}):")
@@ -278,7 +280,7 @@ def _finish(e, n, blocks):
     o = out.id
     threads = threads_for(blocks)
     e.begin()
-    body = [f"    r{o} = {_acc_init(n.op, out.dtype)}",
+    body = [f"    r{o} = {acc_init(n.op, out.dtype, exact=True)}",
             "    i = cuda.threadIdx.x",
             f"    while i < {blocks}:",
             "        " + _combine(n.op, f"r{o}", f"p{o}[i]"),

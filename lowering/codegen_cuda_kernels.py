@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.lowering.codegen_cuda import _acc_init, gather_kernel, ishape, launch, unravel
+from gradjit.lowering.codegen_cpu_expr import acc_init
+from gradjit.lowering.codegen_cuda import gather_kernel, ishape, launch, unravel
 from gradjit.lowering.codegen_cuda_linalg import LINALG_CUDA
 
 
@@ -195,8 +196,8 @@ CUDA_KERNELS = {
     "slice.Tensor": _slice, "slice_backward.default": _slice_backward,
     "index_select.default": _index_select, "gather.default": _gather,
     "index_add.default": _index_add, "scatter_add.default": _scatter_add,
-    "cumsum.default": _scan(lambda dt: _acc_init("sum.default", dt), "{acc} + {x}"),
-    "cumprod.default": _scan(lambda dt: _acc_init("prod.default", dt), "{acc} * {x}"),
+    "cumsum.default": _scan(lambda dt: acc_init("sum.default", dt, exact=True), "{acc} + {x}"),
+    "cumprod.default": _scan(lambda dt: acc_init("prod.default", dt, exact=True), "{acc} * {x}"),
     "logcumsumexp.default": _scan(lambda dt: "-math.inf", "cm.logaddexp({acc}, {x})"),
     "cummax.default": _extreme(">=", True), "cummin.default": _extreme("<=", True),
     "max.dim": _extreme(">", False), "min.dim": _extreme("<", False),

@@ -119,7 +119,7 @@ def where(condition, x, y):
 
 def matmul(a, b):
     """``a @ b`` (``ArrayOps.__matmul__`` is this function: no gradjit frame between the
-    user's line and the front end, see ``sum``); ``b`` may be array-like."""
+    user's line and the front end, see the reductions' comment); ``b`` may be array-like."""
     if type(b) is not type(a):
         b = a._coerce(b)
     sa, sb = a.shape, b.shape
@@ -285,7 +285,7 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     # -- linear algebra ------------------------------------------------------------
     def mm(self, other): return apply("mm.default", [self, other], {})
     def bmm(self, other): return apply("bmm.default", [self, other], {})
-    def matmul(self, other): return matmul(self, self._coerce(other))
+    matmul = __matmul__   # (the module's matmul, which coerces ``other``)
 
     # -- shape ----------------------------------------------------------------------
     def reshape(self, *shape):

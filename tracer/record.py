@@ -49,13 +49,8 @@ class History:
         self.cuts, self.order, self.leaves = {}, taken.fns, taken.leaves
         self._pos = None   # built when asked (pos): a joint backward never needs it
         self.leaf_pos = {id(t): i for i, t in enumerate(self.leaves)}
-        self.stale = {}
-        for slot, t in enumerate(self.leaves):
-            if t._box[0] != taken.first[slot]:   # a use saw an older version: which?
-                for fn in self.order:
-                    for e, version in zip(fn.edges, fn.in_versions):
-                        if e is t and version != t._box[0]:
-                            self.stale[slot] = (fn, version)
+        self.stale = {slot: _last_stale_use(self.order, t) for slot, t in enumerate(self.leaves)
+                      if t._box[0] != taken.first[slot]}   # (versions only grow)
         self.roots = [("node", len(self.order) - 1, roots[0]._index)]
         leaf_types = tuple((t._data.shape, t._data.dtype.str) for t in self.leaves)
         self.extras = self._extras()
@@ -198,6 +193,13 @@ class History:
                        fn.out_types, fn.site)
         g.outputs = [value_at(g, a) for a in self.roots]
         return g
+
+
+def _last_stale_use(order, t):
+    """(node, version) of the last use of leaf ``t`` that saw a version other than its
+    current one (the tape records only each leaf's first version)."""
+    return [(fn, v) for fn in order for e, v in zip(fn.edges, fn.in_versions)
+            if e is t and v != t._box[0]][-1]
 
 
 def _refs(fn, hist):
