@@ -5,7 +5,9 @@ Contract
   defines ``entry(<one arg per graph input>, consts)`` decorated
   ``@numba.njit(cache=True, error_model="numpy")`` returning a tuple of the
   graph outputs. 0-d values are scalars (arguments, locals, results); the
-  runtime converts at the boundary.
+  runtime converts at the boundary. ``LLVM_OPT``, a module constant, is the
+  LLVM optimisation level the runtime compiles the module at: 1, or 3 when the
+  entry runs a loop in parallel.
 - Scalar attributes (``other``, ``alpha``, ``exponent`` ...) are read from the
   ``consts`` float64 array argument, never written into the source, so graphs
   that differ only in such values share one source file and one compilation.
@@ -63,6 +65,12 @@ VEC_SUM_MIN = 16          # elements: so is a smaller one in a loop that calls v
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
+# LLVM optimisation level of a generated module (``LLVM_OPT``, applied by runtime/compiler.py).
+# Level 1 skips the O2/O3 function-simplification passes (GVN, the larger inliner, ...).
+# Cold first gradient: W4 1.15 -> 1.09 s, W3 1.2-1.6 -> 1.05 s; steady times equal or
+# better (W5 178 -> 163-173 us). A parallel entry (a large fused loop) keeps Numba's
+# default 3: W2's transcendental-heavy loop is 8% slower at 1.
+LLVM_OPT_SERIAL, LLVM_OPT_PARALLEL = 1, 3
 
 
 class SignatureMismatch(TypeError):
@@ -430,6 +438,8 @@ def generate(graph, name="entry", pack_inputs=False):
         "from numba import prange",
         *sorted(e.imports),
         *helper_stamps(e.imports),
+        "",
+        f"LLVM_OPT = {LLVM_OPT_PARALLEL if e.parallel else LLVM_OPT_SERIAL}",
         "",
         "",
         f'@numba.njit(cache=True, error_model="numpy"{", parallel=True" if e.parallel else ""})',

@@ -8,7 +8,8 @@ Contract
   cache key), registered in ``sys.modules`` before it executes (otherwise
   Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
   for the exact argument types while holding a file lock (Numba updates its
-  cache index without one). Later lazy compiles are disabled so every
+  cache index without one), at the LLVM level the module's ``LLVM_OPT`` names
+  (``llvm_level``). Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
   most of a warm process's first-gradient time.
@@ -36,7 +37,7 @@ import warnings
 
 import numba
 import numpy as np
-from numba.core import sigutils
+from numba.core import config as numba_config, sigutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
@@ -109,11 +110,12 @@ def load(source, signature, name="entry"):
     t0 = time.perf_counter()
     with file_lock(os.path.join(d, ".lock")):
         plans.write_atomic(path, source)
-        disp = getattr(_import(path, f"gradjit_gen_{h}"), name)
+        mod = _import(path, f"gradjit_gen_{h}")
+        disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
         if not _load_cached(disp, signature):
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
                 disp.compile(signature)
         disp.disable_compile()
@@ -124,6 +126,28 @@ def load(source, signature, name="entry"):
     STATS["compile_seconds"] += time.perf_counter() - t0
     _LOADED[key] = disp
     return disp
+
+
+@contextlib.contextmanager
+def llvm_level(level):
+    """Compile at LLVM optimisation ``level`` inside the block (None: Numba's setting).
+
+    Numba has no per-function level: its pass builders read ``numba.core.config.OPT``
+    each time they are made, so the level is swapped for the block, under Numba's
+    compiler lock (every other thread's compile waits on that lock, so none sees it).
+    A ``NUMBA_OPT`` the user set wins. Helpers first compiled inside the block are
+    cached at this level; callers inline and optimise them again at their own.
+    """
+    if level is None or "NUMBA_OPT" in os.environ:
+        yield
+        return
+    with global_compiler_lock:
+        old = numba_config.OPT
+        numba_config.OPT = type(old)(level)
+        try:
+            yield
+        finally:
+            numba_config.OPT = old
 
 
 def _load_cached(disp, signature):

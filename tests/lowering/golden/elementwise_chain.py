@@ -10,6 +10,8 @@ from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.alloc_cpu <sha>
 # gradjit.lowering.fastmath_cpu <sha>
 
+LLVM_OPT = 1
+
 
 @numba.njit(cache=True, error_model="numpy")
 def entry(v0, v1, consts):

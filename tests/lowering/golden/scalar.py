@@ -5,6 +5,8 @@ import numba
 import numpy as np
 from numba import prange
 
+LLVM_OPT = 1
+
 
 @numba.njit(cache=True, error_model="numpy")
 def entry(v0, v1, consts):
