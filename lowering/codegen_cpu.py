@@ -65,11 +65,9 @@ VEC_SUM_MIN = 16          # elements: so is a smaller one in a loop that calls v
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
-# LLVM optimisation level of a generated module (``LLVM_OPT``, applied by runtime/compiler.py).
-# Level 1 skips the O2/O3 function-simplification passes (GVN, the larger inliner, ...).
-# Cold first gradient: W4 1.15 -> 1.09 s, W3 1.2-1.6 -> 1.05 s; steady times equal or
-# better (W5 178 -> 163-173 us). A parallel entry (a large fused loop) keeps Numba's
-# default 3: W2's transcendental-heavy loop is 8% slower at 1.
+# A module's LLVM level (``LLVM_OPT``, applied by runtime/compiler.py). Level 1 cuts cold
+# compiles (W3 1.2-1.6 -> 1.05 s, W4 1.15 -> 1.09 s), steady times equal or better; a
+# parallel entry keeps Numba's 3 (W2's fused loop is 8% slower at 1).
 LLVM_OPT_SERIAL, LLVM_OPT_PARALLEL = 1, 3
 
 
