@@ -33,7 +33,14 @@ jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 
 def dtype_arg(dt):
     """Source text of a dtype argument (``np.float64`` ...) in generated code."""
-    return f"np.{np.dtype(dt).name}" if np.dtype(dt) != np.bool_ else "np.bool_"
+    text = _DTYPE_ARGS.get(dt)
+    if text is None:   # (np.dtype.name is a slow Python property; generation asks per line)
+        d = np.dtype(dt)
+        text = _DTYPE_ARGS[dt] = f"np.{d.name}" if d != np.bool_ else "np.bool_"
+    return text
+
+
+_DTYPE_ARGS = {}
 
 
 def shape_arg(dims):

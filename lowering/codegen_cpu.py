@@ -40,6 +40,7 @@ Contract
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -118,11 +119,17 @@ class _Emitter:
 
 def _describe(node):
     """The IR line of ``node`` with scalar-constant values elided (they are ``consts``)."""
-    scalars = {a.name for a in get_op(node.op).schema.attr_args if a.type == "Scalar"}
+    scalars = _SCALAR_ATTRS.get(node.op)
+    if scalars is None:
+        scalars = _SCALAR_ATTRS[node.op] = frozenset(
+            a.name for a in get_op(node.op).schema.attr_args if a.type == "Scalar")
     shown = Node(node.op, node.inputs, {k: ("<const>" if k in scalars else v)
                                         for k, v in node.attrs.items()})
     shown.outputs = node.outputs
     return format_node(shown).replace("'<const>'", "<const>")
+
+
+_SCALAR_ATTRS = {}   # op name -> its scalar attributes' names
 
 
 def _index(v, space, fixed=(), shape=None):
@@ -151,7 +158,7 @@ def _split_sum(n, space, vec=False):
     block, then summed. A running sum keeps the loop from vectorising; for a loop of
     plain arithmetic that costs little below SPLIT_SUM_MIN, but a scalar ``fm.tanh`` is
     several times slower than the vector one (W1 in tensor mode: 1.9 -> 1.2 us)."""
-    size = int(np.prod(space))
+    size = int(math.prod(space))
     return (len(reduced_dims(n)) == len(space) and len(space) and n.op == "sum.default"
             and (size >= SPLIT_SUM_MIN or (vec and size >= VEC_SUM_MIN))
             and n.outputs[0].dtype.kind == "f")
@@ -206,7 +213,7 @@ def _loop(e, loop, inline, generic=False):
             shp = ext if v.shape == space else v.shape   # a unit-dims member: its own shape
             e.emit(1, f"v{v.id} = al.empty({shape_arg(shp)}, {_np_dtype(v.dtype)})")
     scalar_red, array_red, split = [], [], []
-    size = int(np.prod(space)) if space else 1
+    size = int(math.prod(space))
     for n in loop.reductions:
         out = n.outputs[0]
         dims = reduced_dims(n)
@@ -237,8 +244,8 @@ def _loop(e, loop, inline, generic=False):
         j, rest = d0, 1
         rows = rows_start(e, rp, space[j], SPLIT_BLOCK)
     elif split:   # blocks along dim j, the first whose trailing dims fit in a block
-        j = next(d for d in range(r) if int(np.prod(space[d + 1:])) <= SPLIT_BLOCK)
-        rest = int(np.prod(space[j + 1:]))
+        j = next(d for d in range(r) if int(math.prod(space[d + 1:])) <= SPLIT_BLOCK)
+        rest = int(math.prod(space[j + 1:]))
         rows = min(max(1, SPLIT_BLOCK // rest), space[j])   # (a small space: one block)
     # Blocks run in parallel (prange over them): each full reduction keeps one partial per
     # block, summed in block order after the loop. A running total would be Numba's
@@ -362,7 +369,7 @@ def generate(graph, name="entry", pack_inputs=False):
         e.parallel = False
         big = False
         if isinstance(step, Loop):
-            big = rolls and int(np.prod(step.shape)) >= OUTLINE_BIG
+            big = rolls and int(math.prod(step.shape)) >= OUTLINE_BIG
             _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
         else:

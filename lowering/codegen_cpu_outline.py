@@ -52,7 +52,7 @@ class Outliner:
             if kind == "c":
                 return f"c{cmap.setdefault(num, len(cmap))}"
             return f"{kind}{vmap.setdefault(num, len(vmap))}"
-        text = [_NAME.sub(sub, ln) for ln in lines]
+        text = _NAME.sub(sub, "\n".join(lines)).split("\n")   # (one pass; no line holds a newline)
         return text, vmap, cmap
 
     def call(self, lines, parallel):

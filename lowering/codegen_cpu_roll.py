@@ -97,9 +97,9 @@ class _Roller:
         self.readers = {}         # value id -> block indices that read it
         self.loop_defs = set().union(*(b.defs for b in blocks if b.is_loop))
         for b, blk in enumerate(blocks):
-            for _, num in ((m.group(1), int(m.group(2))) for c in map(_code, blk.lines)
-                           for m in _NAME.finditer(c) if m.group(1) != "c"):
-                if num not in blk.defs:
+            for kind, num in _NAME.findall("\n".join(map(_code, blk.lines))):
+                num = int(num)
+                if kind != "c" and num not in blk.defs:
                     self.readers.setdefault(num, set()).add(b)
 
     # -- analysis ------------------------------------------------------------------

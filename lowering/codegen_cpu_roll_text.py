@@ -32,23 +32,31 @@ MIN_REPS = 4
 MAX_PERIOD = 64
 NAME = re.compile(r"\b([vtrchs])(\d+)\b")
 INT = re.compile(r"(?<![\w.+-])(\d+)(?![\w.])")   # an integer literal (slice bounds, indices)
+_TOKEN = re.compile(f"{NAME.pattern}|{INT.pattern}")   # either (disjoint: a name starts a word)
 _OP = re.compile(r"= ([\w.]+)\(")                   # the op of a line's IR comment
 
 
 def code(line):
-    s = line.strip()
-    return "" if s.startswith("#") else line.split("  # ")[0]
+    c = _CODES.get(line)
+    if c is None:   # (memoised: the roller asks for every line's code several times)
+        if len(_CODES) >= 65536:
+            _CODES.clear()
+        c = _CODES[line] = "" if line.lstrip().startswith("#") else line.split("  # ")[0]
+    return c
+
+
+_CODES = {}
 
 
 def canon(lines):
     ids, slots, lits, vmap, cmap = [], [], [], {}, {}
 
-    def lit(m):
-        lits.append(int(m.group(1)))
-        return "#"
-
     def sub(m):
-        kind, num = m.group(1), int(m.group(2))
+        kind = m.group(1)
+        if kind is None:   # an integer literal
+            lits.append(int(m.group(3)))
+            return "#"
+        num = int(m.group(2))
         if kind == "c":
             if num not in cmap:
                 cmap[num] = len(cmap)
@@ -58,7 +66,9 @@ def canon(lines):
             vmap[num] = len(vmap)
             ids.append(num)
         return f"{kind}{vmap[num]}"
-    text = "\n".join(NAME.sub(sub, INT.sub(lit, c)) for c in map(code, lines) if c)
+    # One pass over the joined code gives what a literal pass, then a name pass, per line
+    # gave: the two patterns never overlap, and neither matches across a newline.
+    text = _TOKEN.sub(sub, "\n".join(c for c in map(code, lines) if c))
     return text, ids, slots, lits
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_DTYPE_NAMES = {}   # np.dtype -> its name
+
 
 class Value:
     __slots__ = ("id", "shape", "dtype", "node", "index", "graph", "__weakref__")
@@ -44,7 +46,10 @@ class Value:
         return n
 
     def type_str(self):
-        return f"{self.dtype.name}[{','.join(map(str, self.shape))}]"
+        name = _DTYPE_NAMES.get(self.dtype)
+        if name is None:   # (np.dtype.name is a Python property: slow, and read per line)
+            name = _DTYPE_NAMES[self.dtype] = self.dtype.name
+        return f"{name}[{','.join(map(str, self.shape))}]"
 
     def __repr__(self):
         return f"%{self.id}:{self.type_str()}"
