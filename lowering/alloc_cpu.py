@@ -28,19 +28,15 @@ import re
 import numba
 import numpy as np
 
+from gradjit.tracer.ir import dtype_name
+
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 
 
 def dtype_arg(dt):
     """Source text of a dtype argument (``np.float64`` ...) in generated code."""
-    text = _DTYPE_ARGS.get(dt)
-    if text is None:   # (np.dtype.name is a slow Python property; generation asks per line)
-        d = np.dtype(dt)
-        text = _DTYPE_ARGS[dt] = f"np.{d.name}" if d != np.bool_ else "np.bool_"
-    return text
-
-
-_DTYPE_ARGS = {}
+    name = dtype_name(dt)
+    return "np.bool_" if name == "bool" else f"np.{name}"
 
 
 def shape_arg(dims):

@@ -20,7 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-_DTYPE_NAMES = {}   # np.dtype -> its name
+_DTYPE_NAMES = {}   # dtype (as given) -> its name
+
+
+def dtype_name(dt):
+    """``np.dtype(dt).name``, looked up once per dtype: NumPy's ``name`` is a slow Python
+    property, and generated code spells a dtype on most lines (comments included)."""
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = np.dtype(dt).name
+    return name
 
 
 class Value:
@@ -46,10 +55,7 @@ class Value:
         return n
 
     def type_str(self):
-        name = _DTYPE_NAMES.get(self.dtype)
-        if name is None:   # (np.dtype.name is a Python property: slow, and read per line)
-            name = _DTYPE_NAMES[self.dtype] = self.dtype.name
-        return f"{name}[{','.join(map(str, self.shape))}]"
+        return f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
 
     def __repr__(self):
         return f"%{self.id}:{self.type_str()}"
@@ -73,7 +79,7 @@ def _fmt_attr(v):
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, np.dtype):
-        return v.name
+        return dtype_name(v)
     return repr(v)
 
 

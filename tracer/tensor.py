@@ -231,9 +231,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             op = get_op(op_name)
             if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                 done = _compute(op_name, inputs, attrs)
-                piece = tape.key_of(done[0].name, done[1], done[5], len(inputs))
-                _SEEN[key] = (done[0], done[1], done[5], piece,
-                              _deferrable(op, done[5]) and _type_token(done[5][0]))
+                _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
+                                   _deferrable(op, done[5]))
                 return cls._finish(*done)
             # Deferrable: only the types are needed now (their inference reads no values,
             # so pending inputs stand in as zero-size broadcasts of their types).
@@ -241,9 +240,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             out_types = op.infer([t._data if t._data is not None else
                                   np.broadcast_to(np.zeros((), t.dtype), t.shape)
                                   for t in inputs], bound)
-            piece = tape.key_of(op.name, bound, out_types, len(inputs))
-            hit = _SEEN[key] = (op, bound, out_types, piece,
-                                _deferrable(op, out_types) and _type_token(out_types[0]))
+            hit = _SEEN[key] = _seen(op, bound, out_types, len(inputs),
+                                     _deferrable(op, out_types))
         op, attrs, out_types, piece, ty = hit
         if ty and _DEFER[0] and _modes.enabled:
             fn = (_tape_local.tape or tape.current()).push(
@@ -340,6 +338,13 @@ def _type_token(out_type):
 def _deferrable(op, out_types):
     """May the op be recorded without running (tracer/deferred.py), when deferral is on?"""
     return op.kind in _DEFER_KINDS and len(out_types) == 1 and out_types[0][1].kind == "f"
+
+
+def _seen(op, attrs, out_types, n_in, deferrable):
+    """A ``_SEEN`` entry: (op, bound attributes, output types, the tape's key piece, the
+    output's type token when the op may be deferred, else False)."""
+    return (op, attrs, out_types, tape.key_of(op.name, attrs, out_types, n_in),
+            deferrable and _type_token(out_types[0]))
 
 
 def _recorded(data, fn):
