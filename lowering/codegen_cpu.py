@@ -360,7 +360,9 @@ def generate(graph, name="entry", pack_inputs=False):
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph, unit_views=True, row_passes=True)
     rolls = len(steps) >= ROLL_MIN_STEPS
-    outliner = Outliner() if rolls else None
+    values = {v.id: v for v in graph.inputs}
+    values.update((v.id, v) for n in graph.nodes for v in n.outputs)
+    outliner = Outliner(values) if rolls else None
     # Without rolling, every loop is outlined when there are this many (see below).
     outline_every = not rolls and sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS
     blocks = []
@@ -380,7 +382,7 @@ def generate(graph, name="entry", pack_inputs=False):
             # A row pass runs in parallel: in a function of its own, Numba's parallel
             # compile (several times a serial one) covers only it, not the whole entry.
             if outliner is None:   # (not `or`: an empty Outliner is falsy, it has __len__)
-                outliner = Outliner()
+                outliner = Outliner(values)
             block = Block([outliner.call(block.lines, block.parallel)], defs, False, True, True)
         elif big:
             # A loop of an unrolled Python loop's step, called from the rolled loop: LLVM
@@ -391,8 +393,6 @@ def generate(graph, name="entry", pack_inputs=False):
         del e.lines[mark:]
         e.parallel = par
     if rolls:
-        values = {v.id: v for v in graph.inputs}
-        values.update((v.id, v) for n in graph.nodes for v in n.outputs)
         blocks, packs = roll(blocks, values, [v.id for v in graph.outputs], e.layout,
                              e.const_types, [v.id for v in graph.inputs], pack_inputs)
     else:
@@ -400,13 +400,15 @@ def generate(graph, name="entry", pack_inputs=False):
     loose = sum(isinstance(b, Block) and b.is_loop and not b.outlined for b in blocks)
     outline_all = loose >= OUTLINE_MIN_LOOPS
     if outline_all and outliner is None:
-        outliner = Outliner()
+        outliner = Outliner(values)
     for b in blocks:
         if outline_all and isinstance(b, Block) and b.is_loop and not b.outlined:
             e.lines.append(outliner.call(b.lines, b.parallel))   # prange lives in the callee
         else:
             e.lines.extend(b.lines)
             e.parallel |= b.parallel
+    if outliner is not None:
+        e.lines = outliner.finish(e.lines)
     # Constants are loaded in the prologue only where a line still reads them (a rolled
     # loop reads its per-iteration constants inside the loop).
     used = set(re.findall(r"\bc(\d+)\b", "\n".join(ln.split("  # ")[0] for ln in e.lines)))

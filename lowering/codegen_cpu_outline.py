@@ -31,18 +31,28 @@ from __future__ import annotations
 
 import re
 
+from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 from gradjit.lowering.schedule import REDUCTIONS
 
 OUTLINE_MIN_LOOPS = 24
 _NAME = re.compile(r"\b([vtrchs])(\d+)\b|%(\d+)")
 _TOP_ASSIGN = re.compile(r"^    (v\d+) = ")
+_V = re.compile(r"\bv\d+\b")
+_CALL = re.compile(r"^(\s+)(.*?) = (loop\d+)\((.*)\)$")
+_ONE_OUT = re.compile(r"v\d+,")
 
 
 class Outliner:
-    def __init__(self):
-        self._funcs = {}   # canonical text -> (function name, source)
+    def __init__(self, values=None):
+        self._funcs = {}     # key -> (function name, source)
+        self._acc = {}       # key -> [(key of its accumulating form, argument order)]
+        self._values = values or {}   # value id -> Value (the shapes of zero accumulators)
+        self._dropped = set()   # keys whose calls finish() redirected
 
-    def _canonical(self, lines):
+    @staticmethod
+    def _canonical(lines):
+        # Numbered by first appearance in the code, then in the comments: the key is the
+        # code, so two loops with the same code have the same names whatever they say.
         vmap, cmap = {}, {}
 
         def sub(m):
@@ -52,28 +62,31 @@ class Outliner:
             if kind == "c":
                 return f"c{cmap.setdefault(num, len(cmap))}"
             return f"{kind}{vmap.setdefault(num, len(vmap))}"
-        text = _NAME.sub(sub, "\n".join(lines)).split("\n")   # (one pass; no line holds a newline)
-        return text, vmap, cmap
+        split = [ln.partition("  # ") for ln in lines]
+        code = _NAME.sub(sub, "\n".join(c for c, _, _ in split)).split("\n")  # (no line holds a newline)
+        notes = _NAME.sub(sub, "\n".join(n for _, _, n in split)).split("\n")
+        text = [c + sep + n for c, (_, sep, _), n in zip(code, split, notes)]
+        return text, code, vmap, cmap
 
-    def call(self, lines, parallel):
-        body, vmap, cmap = self._canonical(lines)
-        assigned = {m.group(1) for ln in body for m in [_TOP_ASSIGN.match(ln)] if m}
-        used = []
-        for ln in body:
-            for m in re.finditer(r"\bv(\d+)\b", ln):
-                name = f"v{m.group(1)}"
-                if name not in used:
-                    used.append(name)
+    def _key(self, lines, parallel):
+        body, code, vmap, cmap = self._canonical(lines)
+        assigned = {m.group(1) for ln in code for m in [_TOP_ASSIGN.match(ln)] if m}
+        used = list(dict.fromkeys(m.group(0) for ln in code for m in _V.finditer(ln)))
         ins = [n for n in used if n not in assigned]
         outs = [n for n in used if n in assigned]
-        consts = [f"c{i}" for i in range(len(cmap))]
-        # Keyed on the code without its comments: they name the first caller's shapes,
-        # and loops that read their extents from their arguments differ only there.
-        code = [c for c in (ln.split("  # ")[0] for ln in body) if not c.lstrip().startswith("#")]
-        key = ("\n".join(code), tuple(ins), tuple(outs), parallel)
+        # Comment lines are dropped from the key: they name the first caller's shapes, and
+        # loops that read their extents from their arguments differ only there.
+        key = ("\n".join(c for c in code if c.strip() and not c.lstrip().startswith("#")),
+               tuple(ins), tuple(outs), parallel)
+        return key, body, vmap, cmap
+
+    def call(self, lines, parallel):
+        key, body, vmap, cmap = self._key(lines, parallel)
+        ins, outs = list(key[1]), list(key[2])
         entry = self._funcs.get(key)
         if entry is None:
             name = f"loop{len(self._funcs)}"
+            consts = [f"c{i}" for i in range(len(cmap))]
             opts = ', parallel=True' if parallel else ''
             # Called only from the entry: no Python or C wrapper to compile.
             src = [f'@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, '
@@ -81,6 +94,7 @@ class Outliner:
                    f"def {name}({', '.join(ins + consts)}):", *body,
                    f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"]
             entry = self._funcs[key] = (name, "\n".join(src))
+            self._acc[key] = self._accumulating_forms(lines, parallel, key, vmap)
         back = {v: k for k, v in vmap.items()}
         cback = {v: k for k, v in cmap.items()}
         real = lambda n: f"v{back[int(n[1:])]}"   # noqa: E731
@@ -89,11 +103,87 @@ class Outliner:
         return f"    {lhs} = {entry[0]}({', '.join(args)})" if outs else \
             f"    {entry[0]}({', '.join(args)})"
 
+    def _accumulating_forms(self, lines, parallel, key, vmap):
+        """Keys of the loop that also adds an accumulator to its one output (``t = acc[idx]
+        + x`` before the store), each with its argument order: the indices of this loop's
+        arguments, None where the accumulator goes. Why: an unrolled loop's gradient sums
+        one term per step; the first term is stored bare and every later one added, so
+        the same loop is written twice (W4: a 55 ms compile for the bare one). Called with
+        zeros, the adding form gives the same values (x + 0.0 == x; a -0.0 becomes 0.0)."""
+        if len(key[2]) != 1:
+            return []
+        back = {v: k for k, v in vmap.items()}
+        out = back[int(key[2][0][1:])]
+        codes = [ln.partition("  # ")[0] for ln in lines]
+        store = re.compile(rf"^(\s+)v{out}\[([^\]]+)\] = t{out}$")
+        hits = [k for k, c in enumerate(codes) if store.match(c)]
+        if len(hits) != 1 or sum(len(re.findall(rf"\bv{out}\b", c)) for c in codes) != 2:
+            return []
+        fresh = 1 + max(int(m.group(2) or m.group(3)) for ln in lines for m in _NAME.finditer(ln))
+        tmp, acc = f"t{fresh}", f"v{fresh + 1}"
+        k = hits[0]
+        ind, idx = store.match(codes[k]).groups()
+        renamed = [re.sub(rf"\bt{out}\b", tmp, c) for c in codes]
+        forms = []
+        for add in (f"{acc}[{idx}] + {tmp}", f"{tmp} + {acc}[{idx}]"):
+            new = renamed[:k] + [f"{ind}t{out} = {add}", f"{ind}v{out}[{idx}] = t{out}"] + renamed[k + 1:]
+            key2, _, vmap2, _ = self._key(new, parallel)
+            mine = {f"v{back[int(n[1:])]}": j for j, n in enumerate(key[1])}
+            back2 = {v: k for k, v in vmap2.items()}
+            order = [mine.get(f"v{back2[int(n[1:])]}") for n in key2[1]]
+            forms.append((key2, order))
+        return forms
+
+    def finish(self, lines):
+        """``lines`` with each call of a loop whose accumulating form is also a shared
+        function redirected to that form (a zero accumulator), when every call of it is
+        at the entry's top level (the zeros take the shape of the value it defines); the
+        bare loop is then not emitted (``functions``)."""
+        sites = {}
+        for k, ln in enumerate(lines):
+            m = _CALL.match(ln)
+            if m:
+                sites.setdefault(m.group(3), []).append((k, m))
+        plan = {}
+        for key, (name, _) in self._funcs.items():
+            target = next((t for t in self._acc.get(key, ()) if t[0] in self._funcs), None)
+            calls = sites.get(name, ())
+            if target and calls and all(m.group(1) == "    " and _ONE_OUT.fullmatch(m.group(2))
+                                        for _, m in calls):
+                plan[key] = target
+        plan = {k: t for k, t in plan.items() if t[0] not in plan}   # (no chains)
+        out = list(lines)
+        for key, (key2, order) in plan.items():
+            for k, m in sites[self._funcs[key][0]]:
+                v = self._values[int(m.group(2)[1:-1])]
+                args = _split_args(m.group(4))
+                zero = f"al.zeros({shape_arg(v.shape)}, {dtype_arg(v.dtype)})"
+                new = [zero if j is None else args[j] for j in order] + args[len(key[1]):]
+                out[k] = f"    {m.group(2)} = {self._funcs[key2][0]}({', '.join(new)})"
+        self._dropped = set(plan)
+        return out
+
     def functions(self):
-        return [src for _, src in self._funcs.values()]
+        return [src for key, (_, src) in self._funcs.items() if key not in self._dropped]
 
     def __len__(self):
         return len(self._funcs)
+
+
+def _split_args(text):
+    """A call's arguments, split at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur.strip()] if cur.strip() else [])
 
 
 def extent_sources(loop, inline):

@@ -5,13 +5,16 @@ does not grow with the number of unrolled steps, and the outlined code computes 
 same gradient as the NumPy reference interpreter. Outlining is the fallback for large
 graphs that loop rolling (``test_roll.py``) cannot roll, so rolling is switched off here.
 """
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import gradjit as gj
 from gradjit.lowering import codegen_cpu
 from gradjit.lowering.codegen_cpu import generate
-from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS
+from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner
 from gradjit.lowering.passes import optimize
 
 
@@ -55,6 +58,71 @@ def test_loops_differing_only_in_shape_share_a_function():
     n3, n4 = _source(30, inp=3).count("\ndef loop"), _source(30, inp=4).count("\ndef loop")
     assert 0 < n3 == n4, (n3, n4)
     assert "n0 = v" in _source(30, inp=3)
+
+
+def test_first_term_of_a_sum_calls_the_adding_loop_with_zeros():
+    # dWh and dWx sum one outer product per step; the first one, stored bare, is the
+    # same loop as the later ones (which add it to the running sum) given a zero sum
+    src = _source(30)
+    first = [ln for ln in src.split("\n") if "al.zeros(" in ln]
+    assert len(first) == 2, first
+    name = re.search(r"= (loop\d+)\(", first[0]).group(1)
+    assert src.count(f"= {name}(") == 2 * 30
+    assert "al.zeros((np.int64(4), np.int64(4)), np.float64)" in first[0] + first[1]
+
+
+_BARE = """\
+    # loop over (3, 4): %10
+    n0 = v1.shape[0]
+    n1 = v2.shape[1]
+    v10 = al.empty((n0, n1), np.float64)
+    for i0 in range(n0):
+        h1 = v1[i0, 0]
+        for i1 in range(n1):
+            t10 = h1 * v2[0, i1]  # %10:float64[3,4] = mul.Tensor(%1, %2)
+            v10[i0, i1] = t10""".split("\n")
+
+
+def _adding(acc_index="i0, i1", acc_first=True):
+    add = f"v5[{acc_index}] + t20" if acc_first else f"t20 + v5[{acc_index}]"
+    return f"""\
+    # loop over (3, 4): %20, %21
+    n0 = v3.shape[0]
+    n1 = v4.shape[1]
+    v21 = al.empty((n0, n1), np.float64)
+    for i0 in range(n0):
+        h3 = v3[i0, 0]
+        for i1 in range(n1):
+            t20 = h3 * v4[0, i1]
+            t21 = {add}  # %21 = add.Tensor(%5, %20)
+            v21[i0, i1] = t21""".split("\n")
+
+
+@pytest.mark.parametrize("acc_first", [True, False])
+def test_outliner_redirects_a_bare_loop_to_its_adding_form(acc_first):
+    o = Outliner({10: SimpleNamespace(shape=(3, 4), dtype=np.dtype(np.float32))})
+    lines = [o.call(_BARE, False), o.call(_adding(acc_first=acc_first), False)]
+    assert lines == ["    v10, = loop0(v1, v2)", "    v21, = loop1(v3, v4, v5)"]
+    assert o.finish(lines) == [
+        "    v10, = loop1(v1, v2, al.zeros((np.int64(3), np.int64(4)), np.float32))",
+        "    v21, = loop1(v3, v4, v5)"]
+    (src,) = o.functions()
+    assert src.startswith("@numba.njit") and "def loop1(" in src
+
+
+def test_outliner_keeps_a_bare_loop_without_a_matching_adding_form():
+    o = Outliner({10: SimpleNamespace(shape=(3, 4), dtype=np.dtype(np.float64))})
+    lines = [o.call(_BARE, False), o.call(_adding(acc_index="0, i1"), False)]
+    assert o.finish(lines) == lines and len(o.functions()) == 2
+    # nor one called inside a loop of the entry (a rolled body): the zeros' shape is
+    # that of the value a top-level call defines
+    o = Outliner({10: SimpleNamespace(shape=(3, 4), dtype=np.dtype(np.float64))})
+    lines = ["    " + o.call(_BARE, False), o.call(_adding(), False)]
+    assert o.finish(lines) == lines and len(o.functions()) == 2
+    # nor a parallel loop by a serial one
+    o = Outliner({10: SimpleNamespace(shape=(3, 4), dtype=np.dtype(np.float64))})
+    lines = [o.call(_BARE, True), o.call(_adding(), False)]
+    assert o.finish(lines) == lines and len(o.functions()) == 2
 
 
 def test_small_graphs_stay_inline():

@@ -341,6 +341,11 @@ def test_big_loops_of_a_rolled_body_are_outlined(monkeypatch):
     assert "# rolled:" in src and 0 < src.count("\ndef loop") <= 6
     body = src.split("# rolled:")[2]   # the backward's rolled loop calls them
     assert " = loop" in body
+    # dWh's first term (before the rolled loop) is the adding loop the rolled body calls,
+    # given zeros: one outer-product function, not two (dWx's, 3 x 16, stay inline).
+    first = [ln for ln in src.split("\n") if "al.zeros(" in ln]
+    assert len(first) == 1 and src.count("\ndef loop") == 1
+    assert re.search(r"= (loop\d+)\(", first[0]).group(1) in body
     got = f(*args)
     monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
     want = gj.grad(loss, argnums=(0, 1, 2))(*args)
