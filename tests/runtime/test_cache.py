@@ -182,3 +182,31 @@ def test_compiles_pause_the_collector_and_restore_the_callers_setting(rng):
         assert not gc.isenabled()
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_a_compiles_survivors_leave_the_young_generation(rng):
+    # What a compile leaves is moved to the oldest generation (gc.freeze + gc.unfreeze),
+    # not scanned by young collections; a caller's own frozen objects stay frozen.
+    import gc
+
+    def oldest(obj):
+        return any(o is obj for o in gc.get_objects(generation=2))
+    x = rng.normal(size=(4,))
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        gj.grad(lambda a: (np.cos(a) * a).sum())(x)
+        with compiler.gc_paused():
+            junk = [[k] for k in range(5000)]   # young objects made inside the block
+        assert oldest(junk[0]) and gc.get_freeze_count() == 0
+        outside = [[k] for k in range(5000)]
+        assert not oldest(outside[0])
+        gc.freeze()   # `outside` is frozen now: not in any generation
+        try:
+            with compiler.gc_paused():
+                junk = [[k] for k in range(5000)]
+            assert not oldest(junk[0]) and not oldest(outside[0]) and gc.get_freeze_count()
+        finally:
+            gc.unfreeze()
+    finally:
+        gc.enable() if was else gc.disable()
