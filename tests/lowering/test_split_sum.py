@@ -78,8 +78,24 @@ def test_small_loops_with_vector_math_store_then_sum(n, rng):
     src = gj.value_and_grad(_loss).graphs(x, w)[2]
     split = n >= codegen_cpu.VEC_SUM_MIN
     assert ("al.total(" in src) == split
+    assert "for b0" not in src   # one block: no block loop
     value, gx = gj.value_and_grad(_loss)(x, w)
     t = np.tanh(x * w)
     assert float(value) == pytest.approx((t ** 2).sum() + np.exp(-x * x).sum(), rel=1e-13)
     np.testing.assert_allclose(gx, 2 * t * (1 - t * t) * w - 2 * x * np.exp(-x * x), rtol=1e-12,
                                atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (3, 40), (2, 1, 50)])
+def test_one_block_of_a_small_space_has_no_block_loop(shape, rng):
+    # a space that fits in one block is stored whole, then summed: no one-trip block loop
+    x = rng.normal(size=shape)
+    w = rng.normal(size=shape[-1:])
+    src = gj.value_and_grad(_loss, argnums=(0, 1)).graphs(x, w)[2]
+    assert src.count("= al.total(") == 2 and "for b0" not in src and "lo0" not in src
+    value, (gx, gw) = gj.value_and_grad(_loss, argnums=(0, 1))(x, w)
+    t = np.tanh(x * w)
+    assert float(value) == pytest.approx((t ** 2).sum() + np.exp(-x * x).sum(), rel=1e-13)
+    d = 2 * t * (1 - t * t)
+    np.testing.assert_allclose(gx, d * w - 2 * x * np.exp(-x * x), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gw, (d * x).reshape(-1, shape[-1]).sum(0), rtol=1e-12, atol=1e-14)
