@@ -51,8 +51,10 @@ class Outliner:
 
     @staticmethod
     def _canonical(lines):
-        # Numbered by first appearance in the code, then in the comments: the key is the
-        # code, so two loops with the same code have the same names whatever they say.
+        """The code of ``lines`` (comments cut), names numbered by first appearance, and
+        a function that gives the whole lines (comments numbered after the code) for a
+        new function's source. Keyed on the code alone: two loops with the same code have
+        the same names whatever their comments say."""
         vmap, cmap = {}, {}
 
         def sub(m):
@@ -64,12 +66,14 @@ class Outliner:
             return f"{kind}{vmap.setdefault(num, len(vmap))}"
         split = [ln.partition("  # ") for ln in lines]
         code = _NAME.sub(sub, "\n".join(c for c, _, _ in split)).split("\n")  # (no line holds a newline)
-        notes = _NAME.sub(sub, "\n".join(n for _, _, n in split)).split("\n")
-        text = [c + sep + n for c, (_, sep, _), n in zip(code, split, notes)]
-        return text, code, vmap, cmap
+
+        def body():
+            notes = _NAME.sub(sub, "\n".join(n for _, _, n in split)).split("\n")
+            return [c + sep + n for c, (_, sep, _), n in zip(code, split, notes)]
+        return code, body, vmap, cmap
 
     def _key(self, lines, parallel):
-        body, code, vmap, cmap = self._canonical(lines)
+        code, body, vmap, cmap = self._canonical(lines)
         assigned = {m.group(1) for ln in code for m in [_TOP_ASSIGN.match(ln)] if m}
         used = list(dict.fromkeys(m.group(0) for ln in code for m in _V.finditer(ln)))
         ins = [n for n in used if n not in assigned]
@@ -91,7 +95,7 @@ class Outliner:
             # Called only from the entry: no Python or C wrapper to compile.
             src = [f'@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, '
                    f'no_cfunc_wrapper=True{opts})',
-                   f"def {name}({', '.join(ins + consts)}):", *body,
+                   f"def {name}({', '.join(ins + consts)}):", *body(),
                    f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"]
             entry = self._funcs[key] = (name, "\n".join(src))
             self._acc[key] = self._accumulating_forms(lines, parallel, key, vmap)

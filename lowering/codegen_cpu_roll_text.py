@@ -1,12 +1,12 @@
 """Loop rolling, the text side: canonical forms, periodic runs, and a run's partial tail.
 
 Contract
-- ``canon(lines) -> (text, ids, slots, lits)``: the code of ``lines`` (comments
-  dropped) with value names (``v``/``t``/``r``/``c``/``h``/``s`` + id) renumbered by
-  first appearance, integer literals as ``#``; ``ids``: the value id per
-  canonical position, ``slots``: the ``consts`` slot per constant position,
-  ``lits``: the literals in order. Two iterations of an unrolled loop have one
-  text.
+- ``canon(lines) -> (text, ids, slots, lits, vnames)``: the code of ``lines``
+  (comments dropped) with value names (``v``/``t``/``r``/``c``/``h``/``s`` + id)
+  renumbered by first appearance, integer literals as ``#``; ``ids``: the value
+  id per canonical position, ``slots``: the ``consts`` slot per constant
+  position, ``lits``: the literals in order, ``vnames``: the ``v<id>`` names
+  the code holds. Two iterations of an unrolled loop have one text.
 - ``find_runs(keys)``: greedy maximal periodic runs ``[(start, period, reps)]``
   of at least ``MIN_REPS`` repetitions of up to ``MAX_PERIOD`` keys.
 - ``affine(seq)``: ``(a, b)`` with ``seq[k] == a + b*k`` for every k, else None.
@@ -49,7 +49,7 @@ _CODES = {}
 
 
 def canon(lines):
-    ids, slots, lits, vmap, cmap = [], [], [], {}, {}
+    ids, slots, lits, vmap, cmap, vnames = [], [], [], {}, {}, set()
 
     def sub(m):
         kind = m.group(1)
@@ -62,6 +62,8 @@ def canon(lines):
                 cmap[num] = len(cmap)
                 slots.append(num)
             return f"c{cmap[num]}"
+        if kind == "v":
+            vnames.add(m.group(0))
         if num not in vmap:
             vmap[num] = len(vmap)
             ids.append(num)
@@ -69,7 +71,7 @@ def canon(lines):
     # One pass over the joined code gives what a literal pass, then a name pass, per line
     # gave: the two patterns never overlap, and neither matches across a newline.
     text = _TOKEN.sub(sub, "\n".join(c for c in map(code, lines) if c))
-    return text, ids, slots, lits
+    return text, ids, slots, lits, vnames
 
 
 ALLOC = re.compile(r"^(\s*)v(\d+) = al\.empty\(")
