@@ -159,6 +159,33 @@ def test_match_tail_renames_consistently():
     assert match_tail(body, other) is None
 
 
+def test_iteration_keys_agree_with_the_joined_code():
+    # An iteration's key is composed from its blocks' canonical forms (each canonicalised
+    # once); it must be equal between two iterations exactly when their joined code's
+    # canonical texts are: here the third iteration's product reads the second's matmul,
+    # not its own, so each block's text is the same but the iteration differs.
+    from gradjit.lowering.codegen_cpu_roll import Block, _Roller
+    from gradjit.lowering.codegen_cpu_roll_text import canon
+
+    def blocks(cross):
+        out = []
+        for k in range(4):
+            a, b, x = 10 * k + 11, 10 * k + 12, 10 * k + 13
+            src = a - 10 if cross and k == 2 else a
+            out += [Block([f"    v{a} = bl.mm(v{x}, v1)  # %{a}:f[1,3] = mm.default(%{x}, %1)"], {a}),
+                    Block([f"    v{b} = v{src} * v{src} + c{k}"], {b})]
+        return out
+    for cross in (False, True):
+        bl = blocks(cross)
+        its = _Roller(bl, {}, set(), {}, [], (), False)._iters(0, 2, 4)
+        joined = [canon(bl[2 * k].lines + bl[2 * k + 1].lines) for k in range(4)]
+        for i in range(4):
+            for j in range(4):
+                assert (its[i].text == its[j].text) == (joined[i][0] == joined[j][0]), (cross, i, j)
+            assert (its[i].ids, its[i].slots, its[i].lits) == tuple(joined[i][1:4])
+        assert (its[2].text == its[0].text) != cross
+
+
 def test_rolled_float32(monkeypatch):
     args = _rnn_args(36, dtype=np.float32)
     assert "# rolled:" in _source(rnn_running_loss, args)
