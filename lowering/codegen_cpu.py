@@ -271,7 +271,7 @@ def _loop(e, loop, inline, generic=False):
                   f"{_np_dtype(n.inputs[0].dtype)})")
     for d in loops:
         rng = rng0 if d == d0 else "range"
-        if blocked and not one and d == j:   # for b0 over blocks: lo0 <= i_j < hi0, a block buffer per sum
+        if blocked and not one and d == j:   # b0 over blocks, lo0 <= i_j < hi0, a buffer per sum
             e.emit(depth, f"for b0 in {rng}({nblocks}):")
             e.emit(depth + 1, f"lo0 = b0 * {rows}")
             # (a branch, not min(): Numba compiles its min overload in every process)

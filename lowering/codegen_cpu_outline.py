@@ -8,15 +8,24 @@ Contract
   loop's lines to an ``Outliner`` instead of the entry function.
 - ``Outliner.call(lines, parallel)`` canonicalises the loop's source: value
   names (``v``/``t``/``r``/``%`` ids) and constant slots (``c``) are renumbered
-  by first appearance, so two loops that differ only in which values they
-  touch have the same text. Identical texts share one function
+  by first appearance in the code (then in the comments), so two loops that
+  differ only in which values they touch have the same text. Identical texts share one function
   (``@numba.njit(cache=True)``; Numba compiles it once per argument types). The
   function takes the values it reads that it does not define (first-appearance
   order) and the constants it uses, and returns the values it defines at top
   level (its stores and reductions). The returned line calls it from the
   entry with the real names.
-- ``functions()`` is the source of every shared function, in creation order.
-  Loops below the threshold stay inline: small graphs read exactly as before.
+- ``finish(lines)`` (the entry's lines, once every loop is outlined) redirects
+  the calls of a loop that stores one value bare to that loop's *adding form*
+  (the same code adding an accumulator argument before the store) when that
+  form is a shared function too, passing zeros (``al.zeros``) as the
+  accumulator: an unrolled loop's weight gradient stores its first term and
+  adds every later one, and one function compiles instead of two. Only when
+  every call of the bare loop is at the entry's top level (the zeros take the
+  shape of the value the call defines).
+- ``functions()`` is the source of every shared function still called, in
+  creation order. Loops below the threshold stay inline: small graphs read
+  exactly as before.
 - Loop lines start at depth 1 (inside ``entry``), so they keep their
   indentation inside the shared function.
 - Loops written for outlining read their extents from the shapes of the arrays
@@ -33,6 +42,7 @@ import re
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 from gradjit.lowering.schedule import REDUCTIONS
+from gradjit.tracer.registry import split_top
 
 OUTLINE_MIN_LOOPS = 24
 _NAME = re.compile(r"\b([vtrchs])(\d+)\b|%(\d+)")
@@ -65,7 +75,8 @@ class Outliner:
                 return f"c{cmap.setdefault(num, len(cmap))}"
             return f"{kind}{vmap.setdefault(num, len(vmap))}"
         split = [ln.partition("  # ") for ln in lines]
-        code = _NAME.sub(sub, "\n".join(c for c, _, _ in split)).split("\n")  # (no line holds a newline)
+        # (one pass over the joined code: no line holds a newline)
+        code = _NAME.sub(sub, "\n".join(c for c, _, _ in split)).split("\n")
 
         def body():
             notes = _NAME.sub(sub, "\n".join(n for _, _, n in split)).split("\n")
@@ -130,12 +141,14 @@ class Outliner:
         renamed = [re.sub(rf"\bt{out}\b", tmp, c) for c in codes]
         forms = []
         for add in (f"{acc}[{idx}] + {tmp}", f"{tmp} + {acc}[{idx}]"):
-            new = renamed[:k] + [f"{ind}t{out} = {add}", f"{ind}v{out}[{idx}] = t{out}"] + renamed[k + 1:]
+            new = (renamed[:k] + [f"{ind}t{out} = {add}", f"{ind}v{out}[{idx}] = t{out}"]
+                   + renamed[k + 1:])
             key2, _, vmap2, _ = self._key(new, parallel)
             mine = {f"v{back[int(n[1:])]}": j for j, n in enumerate(key[1])}
             back2 = {v: k for k, v in vmap2.items()}
             order = [mine.get(f"v{back2[int(n[1:])]}") for n in key2[1]]
-            forms.append((key2, order))
+            if order.count(None) == 1:   # (the accumulator; every other argument is ours)
+                forms.append((key2, order))
         return forms
 
     def finish(self, lines):
@@ -153,6 +166,7 @@ class Outliner:
             target = next((t for t in self._acc.get(key, ()) if t[0] in self._funcs), None)
             calls = sites.get(name, ())
             if target and calls and all(m.group(1) == "    " and _ONE_OUT.fullmatch(m.group(2))
+                                        and int(m.group(2)[1:-1]) in self._values
                                         for _, m in calls):
                 plan[key] = target
         plan = {k: t for k, t in plan.items() if t[0] not in plan}   # (no chains)
@@ -160,7 +174,7 @@ class Outliner:
         for key, (key2, order) in plan.items():
             for k, m in sites[self._funcs[key][0]]:
                 v = self._values[int(m.group(2)[1:-1])]
-                args = _split_args(m.group(4))
+                args = split_top(m.group(4))
                 zero = f"al.zeros({shape_arg(v.shape)}, {dtype_arg(v.dtype)})"
                 new = [zero if j is None else args[j] for j in order] + args[len(key[1]):]
                 out[k] = f"    {m.group(2)} = {self._funcs[key2][0]}({', '.join(new)})"
@@ -172,22 +186,6 @@ class Outliner:
 
     def __len__(self):
         return len(self._funcs)
-
-
-def _split_args(text):
-    """A call's arguments, split at its top-level commas."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return out + ([cur.strip()] if cur.strip() else [])
 
 
 def extent_sources(loop, inline):

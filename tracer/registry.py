@@ -194,7 +194,8 @@ def _parse_default(text):
         return float(text)
 
 
-def _split_top(s):
+def split_top(s):
+    """``s`` split at its top-level commas (outside brackets), parts stripped."""
     out, depth, cur = [], 0, ""
     for ch in s:
         if ch in "([":
@@ -222,7 +223,7 @@ def parse_schema(text):
     if "." not in name:
         name += ".default"
     args = []
-    for part in _split_top(argtext):
+    for part in split_top(argtext):
         if part == "*":
             continue
         dm = re.match(r"^(\S+)\s+(\w+)(?:\s*=\s*(.+))?$", part)
@@ -231,7 +232,7 @@ def parse_schema(text):
         typ, aname, default = dm.groups()
         args.append(Arg(typ, aname, _parse_default(default) if default else None, default is not None))
     ret = ret.strip()
-    returns = _split_top(ret[1:-1]) if ret.startswith("(") else [ret]
+    returns = split_top(ret[1:-1]) if ret.startswith("(") else [ret]
     s = Schema(name, args, returns, text.strip())
     s.tensor_args = [a.name for a in args if a.is_tensor]
     s.attr_args = [a for a in args if not a.is_tensor]
