@@ -260,14 +260,20 @@ def _two_over_pi_table(emin, emax, bits=1300):
     one = 1 << (bits + 32)
     pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
     tpi = (2 * one * one // pi) >> 32                 # floor(2/pi * 2**bits)
-    out = np.zeros((3, emax - emin + 1))
+    mask = (4 << bits) - 1                            # (mod 4 << bits: a mask, not a division)
+    out = ([0.0] * (emax - emin + 1), [0.0] * (emax - emin + 1), [0.0] * (emax - emin + 1))
+    # (plain lists and locals: every process that loads generated code runs this, 1 ms)
+    ldexp = math.ldexp
     for j, e in enumerate(range(emin, emax + 1)):
-        f = ((tpi << e) if e >= 0 else (tpi >> -e)) % (4 << bits)
-        for i in range(3):
-            sh = max(f.bit_length() - 53, 0)
-            out[i, j] = math.ldexp(f >> sh, sh - bits)
-            f -= (f >> sh) << sh
-    return out[0].copy(), out[1].copy(), out[2].copy()
+        f = ((tpi << e) if e >= 0 else (tpi >> -e)) & mask
+        for piece in out:
+            sh = f.bit_length() - 53
+            if sh < 0:
+                sh = 0
+            top = f >> sh
+            piece[j] = ldexp(top, sh - bits)
+            f -= top << sh
+    return tuple(np.array(piece, dtype=np.float64) for piece in out)
 
 
 # Arguments |x| >= 2**-28 (biased exponent 995 ... 2047, inf/NaN included so that every
