@@ -388,7 +388,7 @@ def generate(graph, name="entry", pack_inputs=False):
         if isinstance(step, Loop) and step.rows is not None:
             # A row pass runs in parallel: in a function of its own, Numba's parallel
             # compile (several times a serial one) covers only it, not the whole entry.
-            if outliner is None:   # (not `or`: an empty Outliner is falsy, it has __len__)
+            if outliner is None:
                 outliner = Outliner(values)
             block = Block([outliner.call(block.lines, block.parallel)], defs, False, True, True)
         elif big:

@@ -52,7 +52,7 @@ _NAME = re.compile(r"\b([vtrchs])(\d+)\b|%(\d+)")
 _TOP_ASSIGN = re.compile(r"^    (v\d+) = ")
 _V = re.compile(r"\bv\d+\b")
 _CALL = re.compile(r"^(\s+)(.*?) = (loop\d+)\((.*)\)$")
-_ONE_OUT = re.compile(r"v\d+,")
+_ONE_OUT = re.compile(r"v(\d+),")
 
 
 class Outliner:
@@ -142,12 +142,12 @@ class Outliner:
         k = hits[0]
         ind, idx = store.match(codes[k]).groups()
         renamed = [re.sub(rf"\bt{out}\b", tmp, c) for c in codes]
+        mine = {f"v{back[int(n[1:])]}": j for j, n in enumerate(key[1])}   # real name -> arg
         forms = []
         for add in (f"{acc}[{idx}] + {tmp}", f"{tmp} + {acc}[{idx}]"):
             new = (renamed[:k] + [f"{ind}t{out} = {add}", f"{ind}v{out}[{idx}] = t{out}"]
                    + renamed[k + 1:])
             key2, _, vmap2, _ = self._key(new, parallel)
-            mine = {f"v{back[int(n[1:])]}": j for j, n in enumerate(key[1])}
             back2 = {v: k for k, v in vmap2.items()}
             order = [mine.get(f"v{back2[int(n[1:])]}") for n in key2[1]]
             if order.count(None) == 1:   # (the accumulator; every other argument is ours)
@@ -168,15 +168,15 @@ class Outliner:
         for key, (name, _) in self._funcs.items():
             target = next((t for t in self._acc.get(key, ()) if t[0] in self._funcs), None)
             calls = sites.get(name, ())
-            if target and calls and all(m.group(1) == "    " and _ONE_OUT.fullmatch(m.group(2))
-                                        and int(m.group(2)[1:-1]) in self._values
-                                        for _, m in calls):
+            outs = [_ONE_OUT.fullmatch(m.group(2)) for _, m in calls]
+            if target and calls and all(m.group(1) == "    " for _, m in calls) and all(
+                    o and int(o.group(1)) in self._values for o in outs):
                 plan[key] = target
         plan = {k: t for k, t in plan.items() if t[0] not in plan}   # (no chains)
         out = list(lines)
         for key, (key2, order) in plan.items():
             for k, m in sites[self._funcs[key][0]]:
-                v = self._values[int(m.group(2)[1:-1])]
+                v = self._values[int(_ONE_OUT.fullmatch(m.group(2)).group(1))]
                 args = split_top(m.group(4))
                 zero = f"al.zeros({shape_arg(v.shape)}, {dtype_arg(v.dtype)})"
                 new = [zero if j is None else args[j] for j in order] + args[len(key[1]):]
@@ -186,9 +186,6 @@ class Outliner:
 
     def functions(self):
         return [src for key, (_, src) in self._funcs.items() if key not in self._dropped]
-
-    def __len__(self):
-        return len(self._funcs)
 
 
 def extent_sources(loop, inline):

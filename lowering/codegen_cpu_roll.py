@@ -36,7 +36,6 @@ Contract
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
@@ -44,7 +43,7 @@ from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
 from gradjit.lowering.codegen_cpu_roll_text import ALLOC as _ALLOC, INT as _INT, MIN_REPS
 from gradjit.lowering.codegen_cpu_roll_text import NAME as _NAME, affine as _affine
 from gradjit.lowering.codegen_cpu_roll_text import allocated_once as _allocated_once
-from gradjit.lowering.codegen_cpu_roll_text import canon as _canon, code as _code
+from gradjit.lowering.codegen_cpu_roll_text import canon as _canon
 from gradjit.lowering.codegen_cpu_roll_text import copy_into as _copy_into
 from gradjit.lowering.codegen_cpu_roll_text import find_runs as _find_runs, match_tail
 
@@ -133,7 +132,7 @@ class _Roller:
         m = match_tail([ln for b in self.blocks[start:start + p] for ln in b.lines], lines)
         if m is None:
             return None
-        names = set(re.findall(r"\bv\d+\b", "\n".join(map(_code, lines))))
+        names = set().union(*(c[4] for c in self.canons[hi:hi + q]))   # (blocks' v-names)
         return _Iter("", *m, set().union(*(b.defs for b in blks)), names, partial=True)
 
     def _classify(self, its, lo, hi):

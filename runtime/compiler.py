@@ -279,11 +279,12 @@ def gc_paused():
     whole heap, Numba's included: 0.07-0.1 s of W4's 1.4 s cold first gradient.
 
     On the way out, the objects still young (the compile's survivors: after W4's, most
-    of the process's 140,000 tracked objects) are moved to the oldest generation (``gc.freeze`` then ``gc.unfreeze``, each a
-    list splice) instead of being scanned by the first collection after the block: that
-    scan took 35-40 ms of W4's first gradient. The compile's cyclic garbage (W4: 64,000
-    objects, 0.5 MiB) waits for the next full collection. Skipped where the caller froze
-    objects itself (``gc.get_freeze_count()``): unfreezing would release theirs."""
+    of the process's 140,000 tracked objects) are moved to the oldest generation
+    (``gc.freeze`` then ``gc.unfreeze``, each a list splice) instead of being scanned by
+    the first collection after the block: that scan took 35-40 ms of W4's first gradient.
+    The compile's cyclic garbage (W4: 64,000 objects, 0.5 MiB) waits for the next full
+    collection. Skipped where the caller froze objects itself (``gc.get_freeze_count()``):
+    unfreezing would release theirs."""
     was = gc.isenabled()
     gc.disable()
     try:

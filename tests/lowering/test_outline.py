@@ -71,31 +71,28 @@ def test_first_term_of_a_sum_calls_the_adding_loop_with_zeros():
     assert "al.zeros((np.int64(4), np.int64(4)), np.float64)" in first[0] + first[1]
 
 
-_BARE = """\
-    # loop over (3, 4): %10
-    n0 = v1.shape[0]
-    n1 = v2.shape[1]
-    v10 = al.empty((n0, n1), np.float64)
-    for i0 in range(n0):
-        h1 = v1[i0, 0]
-        for i1 in range(n1):
-            t10 = h1 * v2[0, i1]  # %10:float64[3,4] = mul.Tensor(%1, %2)
-            v10[i0, i1] = t10""".split("\n")
+def _outer(out, a, b, add=None):
+    """An outlined outer-product loop's lines: ``v<out> = v<a> (column) * v<b> (row)``,
+    stored bare, or (``add``: the accumulator's name and index, which operand first) added
+    to an accumulator, the product then in ``t<out - 1>``."""
+    prod = f"t{out - 1}" if add else f"t{out}"
+    lines = [f"    # loop over (3, 4): %{out}", f"    n0 = v{a}.shape[0]",
+             f"    n1 = v{b}.shape[1]", f"    v{out} = al.empty((n0, n1), np.float64)",
+             "    for i0 in range(n0):", f"        h{a} = v{a}[i0, 0]",
+             "        for i1 in range(n1):",
+             f"            {prod} = h{a} * v{b}[0, i1]  # %{out} = mul.Tensor(%{a}, %{b})"]
+    if add:
+        acc, index, acc_first = add
+        term = f"{acc}[{index}] + {prod}" if acc_first else f"{prod} + {acc}[{index}]"
+        lines.append(f"            t{out} = {term}  # %{out} = add.Tensor(%5, %{out - 1})")
+    return lines + [f"            v{out}[i0, i1] = t{out}"]
+
+
+_BARE = _outer(10, 1, 2)
 
 
 def _adding(acc_index="i0, i1", acc_first=True):
-    add = f"v5[{acc_index}] + t20" if acc_first else f"t20 + v5[{acc_index}]"
-    return f"""\
-    # loop over (3, 4): %20, %21
-    n0 = v3.shape[0]
-    n1 = v4.shape[1]
-    v21 = al.empty((n0, n1), np.float64)
-    for i0 in range(n0):
-        h3 = v3[i0, 0]
-        for i1 in range(n1):
-            t20 = h3 * v4[0, i1]
-            t21 = {add}  # %21 = add.Tensor(%5, %20)
-            v21[i0, i1] = t21""".split("\n")
+    return _outer(21, 3, 4, add=("v5", acc_index, acc_first))
 
 
 @pytest.mark.parametrize("acc_first", [True, False])
