@@ -344,22 +344,24 @@ def _loop(e, loop, inline, generic=False):
 _STAMPS = {}
 
 
-def helper_stamps(import_lines):
+def helper_stamps(import_lines, compiled_with=()):
     """``# module sha`` comment lines for the gradjit helper modules a generated module
-    imports. Their code is inlined into the compiled function, so an edit must change the
-    generated source (its content hash names the file and Numba's cache entry)."""
-    import hashlib
-    import importlib.util
-    out = []
-    for line in sorted(import_lines):
-        parts = line.split()
-        if len(parts) >= 4 and parts[0] == "from" and parts[1] == "gradjit.lowering":
-            mod = f"gradjit.lowering.{parts[3]}"
-            if mod not in _STAMPS:
-                with open(importlib.util.find_spec(mod).origin, "rb") as f:
-                    _STAMPS[mod] = hashlib.sha256(f.read()).hexdigest()[:16]
-            out.append(f"# {mod} {_STAMPS[mod]}")
-    return out
+    imports, and for the modules named in ``compiled_with`` (lowering modules that shape
+    how it compiles). Their code ends up in the compiled function, so an edit must change
+    the generated source (its content hash names the file and Numba's cache entry)."""
+    mods = [f"gradjit.lowering.{p[3]}" for p in map(str.split, import_lines)
+            if len(p) >= 4 and p[0] == "from" and p[1] == "gradjit.lowering"]
+    return [f"# {mod} {_stamp(mod)}"
+            for mod in sorted(mods) + [f"gradjit.lowering.{m}" for m in compiled_with]]
+
+
+def _stamp(mod):
+    if mod not in _STAMPS:
+        import hashlib
+        import importlib.util
+        with open(importlib.util.find_spec(mod).origin, "rb") as f:
+            _STAMPS[mod] = hashlib.sha256(f.read()).hexdigest()[:16]
+    return _STAMPS[mod]
 
 
 def generate(graph, name="entry", pack_inputs=False):
@@ -451,7 +453,7 @@ def generate(graph, name="entry", pack_inputs=False):
         "import numpy as np",
         "from numba import prange",
         *sorted(e.imports),
-        *helper_stamps(e.imports),
+        *helper_stamps(e.imports, compiled_with=("boxing_cpu",)),   # (runtime/compiler.py)
         "",
         f"LLVM_OPT = {LLVM_OPT_PARALLEL if e.parallel else LLVM_OPT_SERIAL}",
         "",

@@ -9,7 +9,8 @@ Contract
   Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
   for the exact argument types while holding a file lock (Numba updates its
   cache index without one), at the LLVM level the module's ``LLVM_OPT`` names
-  (``llvm_level``). Later lazy compiles are disabled so every
+  (``llvm_level``), its result arrays boxed without a Python call each
+  (``lowering/boxing_cpu.py``). Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
   most of a warm process's first-gradient time.
@@ -42,6 +43,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
 
+from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
@@ -115,7 +117,8 @@ def load(source, signature, name="entry"):
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
         if not _load_cached(disp, signature):
-            with warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)):
+            with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
+                  env_boxing()):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
                 disp.compile(signature)
         disp.disable_compile()

@@ -9,6 +9,7 @@ from gradjit.lowering import fastmath_cpu as fm
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.alloc_cpu <sha>
 # gradjit.lowering.fastmath_cpu <sha>
+# gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 

@@ -9,6 +9,7 @@ from gradjit.lowering import blas_cpu as bl
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.alloc_cpu <sha>
 # gradjit.lowering.blas_cpu <sha>
+# gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 

@@ -7,6 +7,7 @@ from numba import prange
 from gradjit.lowering import alloc_cpu as al
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.alloc_cpu <sha>
+# gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 

@@ -4,6 +4,7 @@ import math
 import numba
 import numpy as np
 from numba import prange
+# gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 
