@@ -21,6 +21,7 @@ Contract
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 
 import numpy as np
 
@@ -31,8 +32,10 @@ from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import plain_tensor
 
-_FAST = {}   # key -> (Executable, feeds, direct arguments or None,
-#             ((target slot, shared, 0-d dtype or None), ...), out shape, out dtype)
+_FAST = {}   # key -> (Executable, feeds, direct arguments or None, _lead's or None,
+#             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
+#             gradient needs a copy or a cast (else None), out shape, out dtype)
+_DATA = attrgetter("_data")
 
 try:   # the environment switches, read without os.environ.get's per-call encoding (0.6 us)
     _RAW = os.environ._data
@@ -59,10 +62,12 @@ def _key(tp, root):
     if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
             or fn._tpos != len(tp.fns) - 1 or root._index != 0 or tp.special):
         return None, None
-    leaves = [r() for r in tp.leaves]
-    for t, v in zip(leaves, tp.first):
+    leaves = []   # (a loop, not a list comprehension and a loop: half the time)
+    for r, v in zip(tp.leaves, tp.first):
+        t = r()
         if t is None or t._hooks or t._box[0] != v:
             return None, None   # (a leaf written in place since: the general path raises)
+        leaves.append(t)
     return [tp.parts, tp.types, _switches()], leaves
 
 
@@ -99,8 +104,20 @@ def register(k, plan, targets):
         direct = _direct(exe, feeds)
         # 0-d results come back from Numba as scalars: their dtype (else None) per output
         out_dt = exe.out_dtypes if direct is not None else (None,) * len(outs)
-        _FAST[k] = (exe, feeds, direct,
-                    tuple(zip(targets, _shared(exe, outs)[1:], out_dt[1:])), shape, dtype)
+        targets = tuple(zip(targets, _shared(exe, outs)[1:], out_dt[1:]))
+        plain = (tuple(slot for slot, _, _ in targets)
+                 if not any(shared or dt is not None for _, shared, dt in targets) else None)
+        _FAST[k] = (exe, feeds, direct, _lead(direct, len(k[1]), exe), targets, plain, shape,
+                    dtype)
+
+
+def _lead(direct, n_leaves, exe):
+    """When the compiled function takes every leaf, in slot order, before its constants: the
+    arguments after the leaves (a hit passes ``*map(_DATA, leaves), *lead``); else None."""
+    if direct is None or [s for s, _ in direct[:n_leaves]] != list(range(n_leaves)) or any(
+            s >= 0 for s, _ in direct[n_leaves:]):
+        return None
+    return tuple(v for _, v in direct[n_leaves:]) + (exe.consts,)
 
 
 def _direct(exe, feeds):
@@ -143,18 +160,24 @@ def fast_backward(root):
     hit = _lookup(k)
     if hit is None:
         return k
-    fns = [r() for r in tp.fns]   # (all alive: every entry feeds the root's)
-    live = [f for f in fns if f._out() is not None]
-    if len(live) > 1:   # tensors of this step the caller holds get their recorded values
-        compute_pending(live[:-1] if live[-1] is fns[-1] else live)
-    exe, feeds, direct, targets, shape, dtype = hit
+    fns, live = [], 0   # (all alive: every entry feeds the root's)
+    for r in tp.fns:
+        f = r()
+        fns.append(f)
+        if f._out() is not None:
+            live += 1
+    if live > 1:   # tensors of this step the caller holds get their recorded values
+        compute_pending([f for f in fns[:-1] if f._out() is not None])
+    exe, feeds, direct, lead, targets, plain, shape, dtype = hit
     tp.restart()   # taken: the next step records afresh
     res = None
-    if direct is not None:   # scalars stay as Numba returns them: made arrays below
-        try:
+    try:   # scalars stay as Numba returns them: made arrays below
+        if lead is not None:
+            res = exe.fn(*map(_DATA, leaves), *lead)
+        elif direct is not None:
             res = exe.fn(*[leaves[s]._data if s >= 0 else v for s, v in direct], exe.consts)
-        except (TypeError, IndexError):   # other layouts: Executable.__call__ coerces
-            pass
+    except (TypeError, IndexError):   # other layouts: Executable.__call__ coerces
+        pass
     if res is None:
         res = exe([leaves[v]._data if kind == "in" else v for kind, v in feeds])
     value = res[0]
@@ -164,14 +187,20 @@ def fast_backward(root):
     for f in fns:
         f.out_data, f.freed = None, True
     i = 0
-    for slot, shared, dt in targets:
-        i += 1
-        g = res[i]
-        if dt is not None:
-            g = np.asarray(g, dt)
-        elif shared:
-            g = np.array(g)
-        t = leaves[slot]
-        t.grad = plain_tensor(g if t.grad is None else t.grad.data + g)
+    if plain is not None:   # the usual case: each gradient as it comes
+        for slot in plain:
+            i += 1
+            t = leaves[slot]
+            t.grad = plain_tensor(res[i] if t.grad is None else t.grad.data + res[i])
+    else:
+        for slot, shared, dt in targets:
+            i += 1
+            g = res[i]
+            if dt is not None:
+                g = np.asarray(g, dt)
+            elif shared:
+                g = np.array(g)
+            t = leaves[slot]
+            t.grad = plain_tensor(g if t.grad is None else t.grad.data + g)
     STATS["memory_hits"] += 1
     return True

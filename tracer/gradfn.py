@@ -41,8 +41,15 @@ class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "_site", "freed",
-                 "hooks", "retains", "ctx", "_versions", "_vbox", "in_versions", "_key",
-                 "boundary", "_tgen", "_tpos", "_out", "__weakref__")
+                 "_versions", "_vbox", "in_versions", "_key", "_tgen", "_tpos", "_out",
+                 "__dict__", "__weakref__")
+    # Set on few nodes, so not slots: these class defaults stand until a node sets its own
+    # (in its __dict__, made then). A slot must be assigned on every node made, and tensor
+    # mode makes one per op of every step.
+    hooks = None      # {output index: [hook, ...]}
+    retains = None    # {output index: weakref to the Tensor whose .grad to fill}
+    ctx = None        # custom Function context
+    boundary = None   # device copies: the leaf standing for this node on its device
 
     def __init__(self, op, attrs, edges, out_types, out_data, site):
         # Version of each Tensor edge (leaf or constant) when it was used.
@@ -54,14 +61,10 @@ class GradFn:
         self.out_types, self.out_data, self._site = out_types, out_data, site
         self.seq = next(_seq)
         self.freed = False
-        self.hooks = None     # {output index: [hook, ...]}
-        self.retains = None   # {output index: weakref to the Tensor whose .grad to fill}
-        self.ctx = None       # custom Function context
         self._versions = None  # [(version box, version)] per output, set by the front end
         self._vbox = None      # (deferred nodes: see ``versions``)
         self.in_versions = in_versions
         self._key = key       # structural key piece (None: computed on first backward)
-        self.boundary = None  # device copies: the leaf standing for this node on its device
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
         self._out = _NO_OUT   # deferred nodes: a weak reference to their output Tensor
 

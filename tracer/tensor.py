@@ -23,6 +23,7 @@ Contract
 from __future__ import annotations
 
 import itertools
+from sys import _getframe
 import weakref
 from weakref import ref as _weakref
 
@@ -37,7 +38,8 @@ from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled, _state as _modes)
 from gradjit.tracer.device import canonical, is_device_array
-from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site, user_where
+from gradjit.tracer.registry import (_OURS_CACHE as _OURS_FILES, GradjitError, bind_attrs, get_op,
+                                     user_site, user_where)
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
 from gradjit.tracer.tensor_inplace import InplaceMethods
 
@@ -247,10 +249,17 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             fn = (_tape_local.tape or tape.current()).push(
                 op.name, attrs, inputs, out_types, piece)
             if fn is not None:   # recorded, pending (inline: the hot path of a step)
-                # The user's line, looked up when read (GradFn.site); from _apply's caller's
-                # caller: only gradjit calls _apply, and making the frame objects of the
-                # frames skipped unseen is most of the walk's cost.
-                fn._site = user_where(3)
+                # The user's line, looked up when read (GradFn.site): user_where(3), from
+                # _apply's caller's caller (only gradjit calls _apply, and making the frame
+                # objects of the frames skipped unseen is most of the walk's cost), written
+                # out for the usual case that frame is the user's (a call less per op).
+                try:
+                    f = _getframe(2)
+                    code = f.f_code
+                    fn._site = ((code, f.f_lasti) if _OURS_FILES.get(code.co_filename) is False
+                                else user_where(3))
+                except ValueError:   # no Python caller there (an op called from C)
+                    fn._site = None
                 t = _NEW(Tensor)
                 t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
                 t._hooks, t._box, t._inference, t._ty = None, [0], False, ty

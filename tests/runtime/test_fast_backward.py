@@ -258,3 +258,45 @@ def test_threads_train_on_their_own_tapes(rng, fast):
         th.join(60)
     assert not errors, errors
     assert fast[0] >= 3 * 28   # (the first step of each thread may compile or look up)
+
+
+def test_the_call_forms_of_a_hit(rng, fast, monkeypatch):
+    """A hit calls the compiled function with the leaves' arrays first when it takes every
+    leaf in slot order (``_lead``), else argument by argument, else through the
+    Executable: every form gives the general path's gradients, accumulated onto a
+    ``.grad`` already there."""
+    from gradjit.runtime import fast_backward as fb
+    x, w, b = (gj.tensor(rng.normal(size=(4,)), requires_grad=i > 0) for i in range(3))
+    for form in ("lead", "direct", "executable"):
+        fb._FAST.clear()
+        fb._LAST[0] = None
+        for step in range(3):
+            w.grad = b.grad = None
+            _loss(x, w, b).backward()
+            if step == 0:   # registered: make the entry take the form under test
+                (k, entry), = fb._FAST.items()
+                assert entry[3] is not None and entry[5] == (1, 2)   # the lead, plain form
+                if form != "lead":
+                    entry = entry[:3] + (None,) + entry[4:]
+                if form == "executable":
+                    entry = entry[:2] + (None,) + entry[3:]
+                fb._FAST[k] = entry
+            _loss(x, w, b).backward()   # onto the .grad of the call before
+            t = np.tanh(x.data * w.data + b.data)
+            d = 2 * t * (1 - t * t)   # (elementwise: no sums, unlike _ref's)
+            np.testing.assert_allclose(w.grad.data, 2 * d * x.data, rtol=1e-12)
+            np.testing.assert_allclose(b.grad.data, 2 * d, rtol=1e-12)
+    assert fast[0] == 3 * 5
+
+
+def test_lead_needs_every_leaf_first_in_slot_order():
+    from gradjit.runtime.fast_backward import _lead
+
+    class Exe:
+        consts = "consts"
+    assert _lead(((0, None), (1, None), (-1, 2.5)), 2, Exe) == (2.5, "consts")
+    assert _lead(((0, None), (1, None)), 2, Exe) == ("consts",)
+    assert _lead(((1, None), (0, None), (-1, 2.5)), 2, Exe) is None    # another order
+    assert _lead(((0, None), (-1, 2.5), (1, None)), 2, Exe) is None    # a constant first
+    assert _lead(((0, None), (-1, 2.5)), 2, Exe) is None               # a leaf not taken
+    assert _lead(None, 2, Exe) is None                                 # no direct form
