@@ -20,6 +20,7 @@ Contract
 from __future__ import annotations
 
 import itertools
+from types import CodeType
 
 from gradjit.tracer.registry import site_at
 
@@ -41,8 +42,8 @@ class GradFn:
     """One recorded op. ``edges[i]`` is (GradFn, output index) or a Tensor."""
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "_site", "freed",
-                 "_versions", "_vbox", "in_versions", "_key", "_tgen", "_tpos", "_out",
-                 "__dict__", "__weakref__")
+                 "_lasti", "_versions", "_vbox", "in_versions", "_key", "_tgen", "_tpos",
+                 "_out", "__dict__", "__weakref__")
     # Set on few nodes, so not slots: these class defaults stand until a node sets its own
     # (in its __dict__, made then). A slot must be assigned on every node made, and tensor
     # mode makes one per op of every step.
@@ -83,9 +84,12 @@ class GradFn:
     @property
     def site(self):
         """The user's source line (a Site), or None. Tensor mode's hot path records a
-        ``registry.user_where`` pair instead, looked up here when first read."""
+        ``registry.user_where`` pair instead, or its two parts (the code object here,
+        the bytecode offset in ``_lasti``), looked up here when first read."""
         s = self._site
-        if s.__class__ is tuple:
+        if s.__class__ is CodeType:   # (tracer/tensor.py's pending nodes: no tuple to make)
+            s = self._site = site_at((s, self._lasti))
+        elif s.__class__ is tuple:
             s = self._site = site_at(s)
         return s
 

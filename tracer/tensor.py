@@ -252,12 +252,15 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 # The user's line, looked up when read (GradFn.site): user_where(3), from
                 # _apply's caller's caller (only gradjit calls _apply, and making the frame
                 # objects of the frames skipped unseen is most of the walk's cost), written
-                # out for the usual case that frame is the user's (a call less per op).
+                # out for the usual case that frame is the user's: the code object of the
+                # last such frame, when it is that, needs no look-up of its file.
                 try:
                     f = _getframe(2)
                     code = f.f_code
-                    fn._site = ((code, f.f_lasti) if _OURS_FILES.get(code.co_filename) is False
-                                else user_where(3))
+                    if code is _USER_CODE[0] or _user_code(code):
+                        fn._site, fn._lasti = code, f.f_lasti
+                    else:
+                        fn._site = user_where(3)
                 except ValueError:   # no Python caller there (an op called from C)
                     fn._site = None
                 t = _NEW(Tensor)
@@ -367,6 +370,15 @@ def _recorded(data, fn):
 
 
 _NEW = object.__new__
+_USER_CODE = [None]   # the code object of the last user frame an op was recorded from
+
+
+def _user_code(code):
+    """Is ``code`` the user's (not gradjit's)? Remembered in _USER_CODE when it is."""
+    if _OURS_FILES.get(code.co_filename) is False:
+        _USER_CODE[0] = code
+        return True
+    return False
 
 
 def plain_tensor(data):

@@ -154,12 +154,15 @@ def test_recorded_ops_name_the_users_line_from_every_entry_point(rng):
         "matmul": x @ x,  # entry-matmul
         "negation": -x,  # entry-negation
         "helper": _square_sum(x),
+        "functional": gj.nn.functional.mse_loss(x, gj.tensor(np.zeros(3))),  # entry-functional
+        "after": x - 1.0,  # entry-after
     }
     ops["multiline"] = (x
                         + 1.0)  # entry-multiline
     lines = {"operator": "entry-operator", "reflected": "entry-reflected", "ufunc": "entry-ufunc",
              "method": "entry-method", "matmul": "entry-matmul", "negation": "entry-negation",
-             "helper": "helper-line", "multiline": "entry-multiline"}
+             "helper": "helper-line", "multiline": "entry-multiline",
+             "functional": "entry-functional", "after": "entry-after"}
     for name, t in ops.items():
         site = t.grad_fn.site
         assert site is not None and os.path.basename(site.filename) == THIS_FILE, name
