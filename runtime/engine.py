@@ -160,7 +160,7 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused, fast_key=None):
     if hist.stale:
         return None
     # Tensors of this history the caller still holds get their values as recorded.
-    compute_pending([fn for fn in hist.order[:-1] if fn._out() is not None])
+    compute_pending([fn for fn in hist.order[:-1] if fn.held()])
     targets = tuple(dict.fromkeys(a for a in wrt if a is not None))
     # (the seed has the root's type, which the history's key holds)
     key = ("joint", hist.key, targets, os.environ.get("GRADJIT_EXECUTOR"),

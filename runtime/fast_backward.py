@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from operator import attrgetter
+from sys import getrefcount
 
 import numpy as np
 
@@ -164,10 +165,10 @@ def fast_backward(root):
     for r in tp.fns:
         f = r()
         fns.append(f)
-        if f._out() is not None:
+        if getrefcount(f._vbox) > 2 and f._vbox is not None:   # (GradFn.held, written out)
             live += 1
     if live > 1:   # tensors of this step the caller holds get their recorded values
-        compute_pending([f for f in fns[:-1] if f._out() is not None])
+        compute_pending([f for f in fns[:-1] if f.held()])
     exe, feeds, direct, lead, targets, plain, shape, dtype = hit
     tp.restart()   # taken: the next step records afresh
     res = None
@@ -184,8 +185,12 @@ def fast_backward(root):
     if value.__class__ is not np.ndarray or value.dtype != dtype:
         value = np.array(value, dtype)   # (a 0-d result is a scalar; faster than asarray)
     root._data = value if value.shape == shape else value.reshape(shape)
-    for f in fns:
-        f.out_data, f.freed = None, True
+    if live > 1:   # (their Tensors read the values kept: GradFn.release)
+        for f in fns:
+            f.release()
+    else:
+        for f in fns:
+            f.out_data, f.freed = None, True
     i = 0
     if plain is not None:   # the usual case: each gradient as it comes
         for slot in plain:

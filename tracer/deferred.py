@@ -17,7 +17,9 @@ Contract
   compiled function for forward *and* backward (``runtime/engine.py``), so a
   training step's forward costs a record per op, not a NumPy call per op;
   tensors of that history still alive are computed first, so their values
-  are those of the recording time.
+  are those of the recording time. A computed value stays in its node's
+  ``out_data`` (the Tensor takes it when first read, ``Tensor.data``); backward
+  keeps it for nodes a Tensor still holds (``GradFn.held``) and frees the rest.
 - Semantics differ from eager only for writes into a leaf's memory that
   bypass gradjit (NumPy writes into an array shared through ``from_numpy``)
   between an op and the point its value is computed: the value then sees
@@ -101,9 +103,6 @@ def compute_pending(fns):
                     args.append(e.data)
             res = (op.eager or op.impl)(*args, **f.attrs)
             f.out_data = [np.asarray(res).astype(f.out_types[0][1], copy=False)]
-            t = f._out()
-            if t is not None:   # its Tensor keeps the value (a backward then frees out_data)
-                t._data = f.out_data[0]
     finally:
         _loud(tok)
 

@@ -13,24 +13,23 @@ Contract
   in-place op changed. A deferred node sets only ``_vbox`` (its one output's
   box, at version 0): the list is made when first read, since most steps
   never read it.
-- ``_out()`` gives a deferred node's output Tensor while it lives (``_out`` is
-  a weak reference), else None (``_NO_OUT`` for every other node): backward
-  computes the values of the step's tensors the caller still holds.
+- ``held()``: is a Tensor still holding a deferred node's value box (its
+  output, or an alias of it)? Read from the box's reference count, so a
+  deferred node needs no weak reference to its output (one object less to
+  make and free per op of every step). Backward computes the values of held
+  nodes and keeps them (``release`` leaves their ``out_data``, which their
+  Tensor reads when first asked: ``Tensor.data``); it frees the rest.
 """
 from __future__ import annotations
 
 import itertools
+from sys import getrefcount
 from types import CodeType
 
 from gradjit.tracer.registry import site_at
 
 _seq = itertools.count()
 _NEW = object.__new__
-
-
-def _NO_OUT():
-    """``GradFn._out`` of a node that is not deferred: no output Tensor to find."""
-    return None
 
 
 def _backward_name(op):
@@ -43,7 +42,7 @@ class GradFn:
 
     __slots__ = ("op", "attrs", "edges", "out_types", "out_data", "seq", "_site", "freed",
                  "_lasti", "_versions", "_vbox", "in_versions", "_key", "_tgen", "_tpos",
-                 "_out", "__dict__", "__weakref__")
+                 "__dict__", "__weakref__")
     # Set on few nodes, so not slots: these class defaults stand until a node sets its own
     # (in its __dict__, made then). A slot must be assigned on every node made, and tensor
     # mode makes one per op of every step.
@@ -67,14 +66,13 @@ class GradFn:
         self.in_versions = in_versions
         self._key = key       # structural key piece (None: computed on first backward)
         self._tgen = 0        # the recording tape (tracer/tape.py) this node is on, if any
-        self._out = _NO_OUT   # deferred nodes: a weak reference to their output Tensor
 
     @property
     def versions(self):
         """[(version box, version)] per output."""
         v = self._versions
         if v is None and self._vbox is not None:
-            v = self._versions = [(self._vbox, 0)]
+            return [(self._vbox, 0)]   # (not kept: a reference to the box would count in held)
         return v
 
     @versions.setter
@@ -105,8 +103,16 @@ class GradFn:
     def __repr__(self):
         return f"<{self.name()}>"
 
+    def held(self):
+        """Does a Tensor hold this deferred node's value box? (Its Tensor and any alias
+        share the box; else only ``_vbox`` and the call's own reference count.)"""
+        return self._vbox is not None and getrefcount(self._vbox) > 2
+
     def release(self):
-        self.out_data = None
+        """Backward is done with this node: its values go, but for a held node's (its
+        Tensor reads them later, and keeps them alive anyway)."""
+        if not self.held():
+            self.out_data = None
         self.freed = True
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 from sys import _getframe
 import weakref
-from weakref import ref as _weakref
 
 import numpy as np
 
@@ -66,9 +65,14 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
     @property
     def data(self):
         d = self._data
-        if d is None:   # a deferred op's value: compute it now (with its pending inputs)
-            compute_pending([self.grad_fn])
-            d = self._data
+        if d is None:   # a deferred op's value: computed now (with its pending inputs), or
+            fn = self.grad_fn   # already, and kept by its node (GradFn.held)
+            if fn.out_data is None:
+                compute_pending([fn])
+                if fn.out_data is None:   # (freed: cannot happen while this Tensor holds it)
+                    from gradjit.tracer.record import _FREED
+                    raise RuntimeError(_FREED)
+            d = self._data = fn.out_data[self._index]
         return d
 
     @data.setter
@@ -266,8 +270,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 t = _NEW(Tensor)
                 t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
                 t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
-                fn._vbox = t._box
-                fn._out = _weakref(t)
+                fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
                 return t
         tok = _quiet()
         try:

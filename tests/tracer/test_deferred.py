@@ -108,8 +108,9 @@ def test_pending_values_read_types_without_computing(rng):
     z = (y * y).sum(1)
     assert z._data is None
     np.testing.assert_allclose(z.data, ((x.data * w.data + b.data) ** 2).sum(1), rtol=1e-14)
-    assert y._data is not None   # computed on the way, kept by its live Tensor
+    assert y._data is None and y.grad_fn.out_data is not None   # computed on the way, kept
     np.testing.assert_allclose(y.data, x.data * w.data + b.data, rtol=1e-15)
+    assert y._data is y.grad_fn.out_data[0]   # read once: the Tensor has it now
     assert float(z.sum()) == pytest.approx(float(((x.data * w.data + b.data) ** 2).sum()))
     assert "tensor(" in repr(y)
 
@@ -317,3 +318,51 @@ def test_joint_path_with_a_seed_and_inputs(rng, joints):
     np.testing.assert_allclose(w.grad.data, x.data.T @ (seed * b.data * (1 - t * t)), rtol=1e-12)
     assert b.grad is None and joints[0] == 1
     np.testing.assert_allclose(y.data, t * b.data, rtol=1e-14)
+
+
+def _nodes(t):
+    """Every node of ``t``'s history, once each."""
+    out, stack = {}, [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if id(fn) not in out:
+            out[id(fn)] = fn
+            stack += [e[0] for e in fn.edges if type(e) is tuple]
+    return list(out.values())
+
+
+@pytest.mark.parametrize("steps", [1, 3])   # the general joint path, then the fast one
+def test_backward_keeps_only_the_values_of_held_tensors(rng, joints, steps):
+    """A pending node knows whether a Tensor still holds it from its value box's count
+    (GradFn.held): backward computes and keeps the values of held ones and frees every
+    other node's."""
+    x, w, b = _leaves(rng)
+    for _ in range(steps):
+        w.grad = None
+        h = np.tanh(x * w)
+        loss = ((h + 1.0) * b).sum()
+        loss.backward()
+    assert joints[0] == steps and joints[1] >= steps - 1   # (an earlier test may have compiled it)
+    t = np.tanh(x.data * w.data)
+    assert h._data is None   # (read below, from the value its node kept)
+    assert {fn.op for fn in _nodes(loss) if fn.out_data is not None} == {"tanh.default"}
+    assert all(fn.freed for fn in _nodes(loss))
+    np.testing.assert_allclose(h.data, t, rtol=1e-15)
+    np.testing.assert_allclose(w.grad.data, (x.data * (1 - t * t) * b.data).sum(0), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_an_alias_keeps_a_node_held(rng):
+    x, w, _ = _leaves(rng)
+    g = x * w
+    fn = g.grad_fn
+    assert g._data is None and fn.held()
+    a = gj.Tensor(np.zeros(1), box=g._box)   # an alias: shares g's version box (as detach)
+    del g
+    assert fn.held()
+    del a
+    assert not fn.held()
+    n = len(fn.versions)   # (reading versions keeps no reference to the box)
+    assert n == 1
+    assert not fn.held()
