@@ -11,8 +11,8 @@ Contract
 - ``in_versions`` records each Tensor edge's version when it was used;
   ``versions`` each output's (box, version), so backward can refuse values an
   in-place op changed. A deferred node sets only ``_vbox`` (its one output's
-  box, at version 0): the list is made when first read, since most steps
-  never read it.
+  box, at version 0): the list is made each time it is read (most steps never
+  read it, and a kept list would count as a holder of the box: ``held``).
 - ``held()``: is a Tensor still holding a deferred node's value box (its
   output, or an alias of it)? Read from the box's reference count, so a
   deferred node needs no weak reference to its output (one object less to
