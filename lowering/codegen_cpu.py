@@ -62,7 +62,9 @@ from gradjit.tracer.registry import get_op
 PARALLEL_MIN = 1 << 18
 SPLIT_SUM_MIN = 1 << 15   # elements: a full sum in a loop this large is stored, then summed
 SPLIT_BLOCK = 1 << 12     # elements per block of such a stored sum (32 KiB in float64)
-VEC_SUM_MIN = 16          # elements: so is a smaller one in a loop that calls vector math
+VEC_SUM_MIN = 64          # elements: so is a smaller one in a loop that calls vector math
+#                           (below it the running sum's scalar math costs less than compiling
+#                           al.total in a cold process: the RNN's 32, cold 0.97 -> 0.92 s)
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
