@@ -33,6 +33,7 @@ import os
 import numpy as np
 
 from gradjit.tracer import tape
+from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.registry import get_op
 
 _KINDS = ("elementwise", "reduction", "matmul", "shape", "composite")
@@ -96,8 +97,7 @@ def compute_pending(fns):
                 if type(e) is tuple:
                     src = e[0].out_data
                     if src is None:   # an ancestor freed by an earlier backward
-                        from gradjit.tracer.record import _FREED
-                        raise RuntimeError(_FREED)
+                        raise RuntimeError(FREED)
                     args.append(src[e[1]])
                 else:
                     args.append(e.data)

@@ -7,7 +7,8 @@ Contract
   the saved arrays.
 - ``out_data`` holds the output arrays; None while a deferred op is pending
   (tracer/deferred.py) and after ``release()`` (``freed`` tells which).
-- ``HookHandle`` is what ``Tensor.register_hook`` returns.
+- ``HookHandle`` is what ``Tensor.register_hook`` returns; ``FREED`` is torch's error
+  message for values of a node that backward freed.
 - ``in_versions`` records each Tensor edge's version when it was used;
   ``versions`` each output's (box, version), so backward can refuse values an
   in-place op changed. A deferred node sets only ``_vbox`` (its one output's
@@ -29,6 +30,11 @@ from types import CodeType
 from gradjit.tracer.registry import site_at
 
 _seq = itertools.count()
+FREED = ("Trying to backward through the graph a second time (or directly access saved "
+         "tensors after they have already been freed). Saved intermediate values of the graph "
+         "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
+         "you need to backward through the graph a second time or if you need to access saved "
+         "tensors after calling backward.")   # torch's message, for a freed node's values
 _NEW = object.__new__
 
 

@@ -16,15 +16,11 @@ Contract
 """
 from __future__ import annotations
 
+from gradjit.tracer.gradfn import FREED as _FREED
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.tape import fn_key as _fn_key, ref_of, take
 from gradjit.tracer.tensor import Tensor
 
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors "
-          "after they have already been freed). Saved intermediate values of the graph are freed "
-          "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
-          "backward through the graph a second time or if you need to access saved tensors after "
-          "calling backward.")
 
 
 def _cut(e):

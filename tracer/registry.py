@@ -57,7 +57,19 @@ class Site:
         return f'File "{self.filename}", line {self.lineno}: {self.text}'
 
 
-_OURS_CACHE = {}
+_OURS_CACHE = {}   # file name -> is it gradjit's (or Python's own frozen modules)?
+LAST_USER_CODE = [None]   # the last code object found to be the user's: its file's look-up
+#                           skipped when the next frame is of it again (tensor mode: an op's)
+
+
+def is_user_code(code):
+    """Is ``code`` the user's (not gradjit's)? Remembered in LAST_USER_CODE when it is; None
+    when its file was not seen yet (``user_where`` classifies it)."""
+    mine = _OURS_CACHE.get(code.co_filename)
+    if mine is False:
+        LAST_USER_CODE[0] = code
+        return True
+    return None if mine is None else False
 
 
 def _user_frame(skip):
@@ -95,15 +107,14 @@ def user_where(skip=1):
         f = sys._getframe(skip)
     except ValueError:
         return None
-    ours = _OURS_CACHE
     while f is not None:
         code = f.f_code
-        mine = ours.get(code.co_filename)
-        if mine is False:
+        mine = code is LAST_USER_CODE[0] or is_user_code(code)
+        if mine:
             return code, f.f_lasti
-        if mine is None:
+        if mine is None:   # a file not seen yet: classified, then the frame again
             fn = code.co_filename
-            ours[fn] = fn.startswith(_OURS) or fn.startswith("<frozen")
+            _OURS_CACHE[fn] = fn.startswith(_OURS) or fn.startswith("<frozen")
             continue
         f = f.f_back
     return None

@@ -30,15 +30,16 @@ import numpy as np
 
 from gradjit.tracer import tape
 from gradjit.tracer.tape import _local as _tape_local
-from gradjit.tracer.gradfn import GradFn, HookHandle
+from gradjit.tracer.gradfn import FREED, GradFn, HookHandle
 from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
                                      compute_pending)
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled, _state as _modes)
 from gradjit.tracer.device import canonical, is_device_array
-from gradjit.tracer.registry import (_OURS_CACHE as _OURS_FILES, GradjitError, bind_attrs, get_op,
-                                     user_site, user_where)
+from gradjit.tracer.registry import (LAST_USER_CODE as _LAST_USER_CODE, GradjitError, bind_attrs,
+                                     get_op, is_user_code as _is_user_code, user_site,
+                                     user_where)
 from gradjit.tracer.tensor_device import DeviceMethods, device_apply
 from gradjit.tracer.tensor_inplace import InplaceMethods
 
@@ -70,8 +71,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
             if fn.out_data is None:
                 compute_pending([fn])
                 if fn.out_data is None:   # (freed: cannot happen while this Tensor holds it)
-                    from gradjit.tracer.record import _FREED
-                    raise RuntimeError(_FREED)
+                    raise RuntimeError(FREED)
             d = self._data = fn.out_data[self._index]
         return d
 
@@ -256,12 +256,12 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 # The user's line, looked up when read (GradFn.site): user_where(3), from
                 # _apply's caller's caller (only gradjit calls _apply, and making the frame
                 # objects of the frames skipped unseen is most of the walk's cost), written
-                # out for the usual case that frame is the user's: the code object of the
-                # last such frame, when it is that, needs no look-up of its file.
+                # out for the usual case that frame is the user's (registry.LAST_USER_CODE:
+                # the last such code object needs no look-up of its file).
                 try:
                     f = _getframe(2)
                     code = f.f_code
-                    if code is _USER_CODE[0] or _user_code(code):
+                    if code is _LAST_USER_CODE[0] or _is_user_code(code):
                         fn._site, fn._lasti = code, f.f_lasti
                     else:
                         fn._site = user_where(3)
@@ -373,15 +373,6 @@ def _recorded(data, fn):
 
 
 _NEW = object.__new__
-_USER_CODE = [None]   # the code object of the last user frame an op was recorded from
-
-
-def _user_code(code):
-    """Is ``code`` the user's (not gradjit's)? Remembered in _USER_CODE when it is."""
-    if _OURS_FILES.get(code.co_filename) is False:
-        _USER_CODE[0] = code
-        return True
-    return False
 
 
 def plain_tensor(data):
