@@ -66,6 +66,7 @@ VEC_SUM_MIN = 64          # elements: so is a smaller one in a loop that calls v
 #                           (below it the running sum's scalar math costs less than compiling
 #                           al.total in a cold process: the RNN's 32, cold 0.97 -> 0.92 s)
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
+RECOMPUTE = True      # cheap values computed again where read, not stored (schedule_remat.py)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
 # A module's LLVM level (``LLVM_OPT``, applied by runtime/compiler.py). Level 1 cuts cold
@@ -369,7 +370,8 @@ def _stamp(mod):
 def generate(graph, name="entry", pack_inputs=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
-    steps, inline = schedule(graph, unit_views=True, row_passes=True)
+    steps, inline = schedule(graph, unit_views=True, row_passes=True,
+                            recompute=RECOMPUTE)
     rolls = len(steps) >= ROLL_MIN_STEPS
     values = {v.id: v for v in graph.inputs}
     values.update((v.id, v) for n in graph.nodes for v in n.outputs)

@@ -29,6 +29,9 @@ Contract
 - ``row_passes=True`` (the CPU generator) fuses a matrix-vector product, the loop
   over its result and the transposed product back into one pass over the matrix's
   rows (``schedule_rows.py``: ``Loop.rows``).
+- ``recompute=True`` (the CPU generator) computes a cheap elementwise value again in
+  the later loops that read it instead of storing it, where that moves fewer bytes
+  (``schedule_remat.py``).
 """
 from __future__ import annotations
 
@@ -149,7 +152,7 @@ def _inline_constants(graph):
     return inline, dead
 
 
-def schedule(graph, unit_views=False, row_passes=False):
+def schedule(graph, unit_views=False, row_passes=False, recompute=False):
     inline, dead = _inline_constants(graph)
     same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
         lambda a, b: a == b)
@@ -208,6 +211,9 @@ def schedule(graph, unit_views=False, row_passes=False):
         loop = elementwise_in.get(v)
         if loop is not None and v not in loop.stores:
             loop.stores.append(v)
+    if recompute:
+        from gradjit.lowering.schedule_remat import recompute as remat
+        steps = remat(steps, graph, inline)
     if row_passes:
         from gradjit.lowering.schedule_rows import row_passes as fuse_rows
         steps = fuse_rows(steps, graph)
