@@ -9,7 +9,7 @@ from numba import prange
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
 def entry(v0, v1, consts):
     # loop over (): %2, %3, %4
     t2 = v0 * v1  # %2:float64[] = mul.Tensor(%0, %1)
