@@ -5,18 +5,21 @@ Contract
   groups, before row passes) looks at each value ``v`` a ``Loop`` ``L`` stores only
   for later loops to read. ``v`` is recomputed in each of those loops instead, and
   ``L`` no longer stores it, when all of this holds:
-  - ``v`` has ``MIN_ELEMENTS`` or more and is not a graph output; no statement
-    (matmul, view, kernel) reads it;
+  - ``v`` has ``MIN_ELEMENTS`` or more (never 0-d: a scalar is a local, storing it
+    costs nothing) and is not a graph output; no statement (matmul, view, kernel)
+    reads it;
   - every reader is a later ``Loop`` over exactly ``v``'s shape, and so is ``L``;
   - ``v`` comes from a chain of at most ``MAX_CHAIN`` nodes of ``L``, all of them
     ``CHEAP`` arithmetic of that shape, whose other inputs (the leaves) stay
     arrays whatever this pass decides: graph inputs, statement results, reduction
-    results, inline constants, 0-d values, and values stored for a statement or
-    as an output;
+    results, inline constants, and values stored for a reason this pass keeps (a
+    statement or a loop of another shape reads them, they are outputs, 0-d, or
+    leaves of a chain recomputed before);
   - fewer bytes move: the leaves a reader does not read already (their sizes) weigh
     less than ``v``'s store plus its reads (its size times one plus the readers).
 - The readers get the chain's nodes (the same Node objects) before their first
-  reader of ``v``; ``L`` drops ``v`` from its stores, then every member no longer
+  member that reads a chain value (chain nodes a reader computes already move up
+  with them); ``L`` drops ``v`` from its stores, then every member no longer
   stored or read in ``L`` (a value kept only for the dropped store).
 - Results are bitwise the same: the same operations in the same order and dtype.
 - Why: the joint forward+backward graph of ``tanh`` layers stores ``1 - h*h`` in
@@ -73,14 +76,14 @@ def recompute(steps, graph, inline):
 
     def candidate(v):
         loop = producer.get(v, (None,))[0]
-        return (loop is not None and v in loop.stores and v not in outputs
+        return (loop is not None and v in loop.stores and v not in outputs and v.ndim > 0
                 and v.size >= MIN_ELEMENTS and v not in pinned
                 and v.shape == loop.shape and readers.get(v)
                 and all(isinstance(r, Loop) and r.shape == v.shape and r.rows is None
                         and position[id(r)] > position[id(loop)] for r in readers[v]))
 
     def stays(u):   # an array (or scalar) whatever this pass decides
-        return (u in inline or u.ndim == 0 or u not in producer
+        return (u in inline or u not in producer
                 or (u in producer[u][0].stores and not candidate(u)))
 
     def chain(v, loop):
@@ -112,12 +115,15 @@ def recompute(steps, graph, inline):
                    if u not in inline and u.ndim and u not in _reads(r))
         if cost >= _size(v) * (1 + len(readers[v])):
             continue
+        made = {u for n in nodes for u in n.outputs}
         for r in readers.pop(v):
-            first = next(i for i, n in enumerate(r.nodes) if v in n.inputs)
-            new = [n for n in nodes if n not in r.nodes]
-            r.nodes[first:first] = new
-            for n in new:
-                r.members.update(n.outputs)
+            # The chain goes before the first member reading any of its values. Chain
+            # nodes r computes already (recomputed there for another value) move with it:
+            # their inputs are leaves or chain values, so the earliest place is safe.
+            r.nodes[:] = [n for n in r.nodes if n not in nodes]
+            first = next(i for i, n in enumerate(r.nodes) if made.intersection(n.inputs))
+            r.nodes[first:first] = nodes
+            r.members.update(made)
             for u in leaves:
                 if r not in readers.setdefault(u, []):
                     readers[u].append(r)
