@@ -5,7 +5,9 @@ Contract
   ``b`` of one column and ``vm(a, b)`` for an ``a`` of one row: they call BLAS
   gemv (matrix-vector), faster than gemm with a dimension of 1 once the matrix
   is large (``blas_helper`` picks; for small ones the extra reshapes cost more).
-  Results are C arrays of the 2-D product's shape. The helpers are
+  ``smm(a, b)`` is the same product as a loop nest, for a row times a small
+  matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
+  Results are C arrays of the 2-D product's shape. The BLAS helpers are
   ``forceinline``: no call overhead in the caller's loops.
 - Generated modules call these instead of ``np.dot``: Numba then compiles its
   dot implementation once per (dtype, layout) pair on this machine
@@ -20,10 +22,18 @@ import numpy as np
 
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 GEMV_MIN = 4096   # matrix elements from which a one-row / one-column product uses gemv
+# A row times a small matrix ((1, k) @ (k, n), k <= n, k * n <= SMALL_ROW): a loop nest
+# (smm) costs less than a BLAS call. In an @njit loop, ns per product, BLAS / smm:
+# (1,8)@(8,32) 133/69, (1,16)@(16,64) 200/119, (1,32)@(32,32) 207/176 (float64; float32
+# 129/135 there); k > n (1,64)@(64,16) 189/247, and m > 1 (8,8)@(8,8) 104/165 lose. The
+# batch-1 RNN's steps are such products: W4 steady 128 -> 113 us.
+SMALL_ROW = 1024
 
 
 def blas_helper(m, k, n):
     """The helper's name for an (m, k) @ (k, n) product."""
+    if m == 1 and k <= n and k * n <= SMALL_ROW:
+        return "smm"
     if n == 1 and k > 1 and m * k >= GEMV_MIN:
         return "mv"
     if m == 1 and k > 1 and k * n >= GEMV_MIN:
@@ -34,6 +44,24 @@ def blas_helper(m, k, n):
 @jit
 def mm(a, b):
     return np.dot(a, b)
+
+
+# Not forceinline, no wrappers: one copy per module however many products call it. W4's
+# cold first gradient is BLAS's within noise this way (medians of 10 alternating fresh
+# processes: jit 0.948 vs 0.940 s, tensor mode 0.927 vs 0.929 s); inlined at every call
+# site it was 1.018 vs 0.994 s. Only generated code calls it (no Python entry).
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def smm(a, b):
+    """a @ b as a loop nest, for products too small to pay for a BLAS call."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), a.dtype)
+    for i in range(m):
+        for p in range(k):
+            x = a[i, p]
+            for j in range(n):
+                out[i, j] += x * b[p, j]
+    return out
 
 
 @jit

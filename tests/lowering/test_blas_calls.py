@@ -17,11 +17,36 @@ def _source(f, *args):
     (6, 5, 1, "bl.mm("),      # small: gemm (gemv's reshapes cost more there)
     (3, 1, 4, "mul.Tensor"),  # outer product: a broadcast multiply, fused, no BLAS call
     (4, 5, 3, "bl.mm("),
+    (1, 8, 32, "bl.smm("),    # a row times a small matrix (an RNN step): a loop nest
+    (1, 32, 32, "bl.smm("),
+    (1, 64, 16, "bl.mm("),    # k > n: BLAS is faster
+    (1, 40, 40, "bl.mm("),    # more than SMALL_ROW elements
 ])
 def test_helper_by_shape(m, k, n, helper, rng):
     a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
     assert helper in _source(lambda x, y: x @ y, a, b)
     np.testing.assert_allclose(gj.jit(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_small_row_product_matches_numpy_for_every_layout(dtype, rng):
+    import numba
+
+    from gradjit.lowering.blas_cpu import smm
+
+    @numba.njit
+    def call(x, y):   # smm has no Python entry: generated code calls it
+        return smm(x, y)
+    a = rng.normal(size=(1, 8)).astype(dtype)
+    b = rng.normal(size=(8, 32)).astype(dtype)
+    tol = 1e-14 if dtype == np.float64 else 1e-6
+    wide = rng.normal(size=(3, 16, 64)).astype(dtype)
+    for x, y in [(a, b), (a, np.asfortranarray(b)), (a, b.T.copy().T),
+                 (wide[1, 4:5, ::8], wide[2, ::2, ::2])]:   # strided views
+        got = call(x, y)
+        assert got.dtype == dtype and got.flags.c_contiguous
+        np.testing.assert_allclose(got, x @ y, rtol=tol, atol=tol)
+    assert call(np.ones((1, 0), dtype), np.ones((0, 5), dtype)).tolist() == [[0.0] * 5]
 
 
 def test_outer_product_fuses_into_its_consumer(rng):
