@@ -8,9 +8,8 @@ Contract
   dispatcher; the C-callable wrapper, which only Numba's first-class function
   types use, was 6% of a W4 module's optimised IR: cold compile -12 ms). 0-d
   values are scalars (arguments, locals, results); the runtime converts at the
-  boundary. ``LLVM_OPT``, a module constant, is the
-  LLVM optimisation level the runtime compiles the module at: 1, or 3 when the
-  entry runs a loop in parallel.
+  boundary. ``LLVM_OPT``, a module constant, is the LLVM optimisation level the
+  runtime compiles the module at: 1, or 3 when the entry runs a loop in parallel.
 - Scalar attributes (``other``, ``alpha``, ``exponent`` ...) are read from the
   ``consts`` float64 array argument, never written into the source, so graphs
   that differ only in such values share one source file and one compilation.

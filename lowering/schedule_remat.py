@@ -29,8 +29,6 @@ Contract
 """
 from __future__ import annotations
 
-import numpy as np
-
 from gradjit.lowering.schedule import REDUCTIONS, Loop
 
 MAX_CHAIN = 4
@@ -48,7 +46,7 @@ CHEAP = frozenset((
 
 
 def _size(v):
-    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+    return v.size * v.dtype.itemsize   # bytes
 
 
 def _reads(loop):
