@@ -77,7 +77,7 @@ def recompute(steps, graph, inline):
         return (loop is not None and v in loop.stores and v not in outputs and v.ndim > 0
                 and v.size >= MIN_ELEMENTS and v not in pinned
                 and v.shape == loop.shape and readers.get(v)
-                and all(isinstance(r, Loop) and r.shape == v.shape and r.rows is None
+                and all(isinstance(r, Loop) and r.shape == v.shape
                         and position[id(r)] > position[id(loop)] for r in readers[v]))
 
     def stays(u):   # an array (or scalar) whatever this pass decides
@@ -132,7 +132,8 @@ def recompute(steps, graph, inline):
         for u in before - _reads(loop):   # values only the dropped members read
             readers[u].remove(loop)
     # A loop whose every value is now computed where it is read has nothing left to do.
-    return [st for st in steps if not isinstance(st, Loop) or st.nodes or st.rows is not None]
+    # (Row passes come after this pass: no loop carries one yet.)
+    return [st for st in steps if not isinstance(st, Loop) or st.nodes]
 
 
 def _drop_dead(loop):

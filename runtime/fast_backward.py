@@ -165,7 +165,7 @@ def fast_backward(root):
     for r in tp.fns:
         f = r()
         fns.append(f)
-        if getrefcount(f._vbox) > 2 and f._vbox is not None:   # (GradFn.held, written out)
+        if f._vbox is not None and getrefcount(f._vbox) > 2:   # (GradFn.held, written out)
             live += 1
     if live > 1:   # tensors of this step the caller holds get their recorded values
         compute_pending([f for f in fns[:-1] if f.held()])
