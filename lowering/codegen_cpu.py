@@ -51,13 +51,14 @@ import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, hoist_shapes, shape_arg
 from gradjit.lowering.codegen_cpu_expr import _acc_init, _acc_update, _expr, _lit
+from gradjit.lowering.codegen_cpu_fold import fold_axis, fold_index, view_folds
 from gradjit.lowering.codegen_cpu_math import FAST_OPS
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.codegen_cpu_rows import rows_axpy, rows_block, rows_dot, rows_end, rows_start
 from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
-from gradjit.lowering.schedule import (REDUCTIONS, Loop, reduced_dims, schedule, unit_map,
-                                      unit_view)
+from gradjit.lowering.schedule import (REDUCTIONS, Loop, Stmt, reduced_dims, schedule,
+                                      unit_map, unit_view)
 from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
@@ -69,6 +70,7 @@ VEC_SUM_MIN = 64          # elements: so is a smaller one in a loop that calls v
 #                           al.total in a cold process: the RNN's 32, cold 0.97 -> 0.92 s)
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 RECOMPUTE = True      # cheap values computed again where read, not stored (schedule_remat.py)
+FOLD_VIEWS = True     # unit-dims views only loops read are not built (codegen_cpu_fold.py)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
 # A module's LLVM level (``LLVM_OPT``, applied by runtime/compiler.py). Level 1 cuts cold
@@ -105,6 +107,7 @@ class _Emitter:
         self.parallel = False
         self.imports = set()  # extra import lines (e.g. the special-function module)
         self.fast_math = True  # fm.<name> (vectorisable) instead of math.<name> where faster
+        self.folds = {}   # unit-dims view -> the base loops read instead (codegen_cpu_fold)
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -137,7 +140,7 @@ def _describe(node):
 _SCALAR_ATTRS = {}   # op name -> its scalar attributes' names
 
 
-def _index(v, space, fixed=(), shape=None):
+def _index(v, space, fixed=(), shape=None, folds=None):
     """Index expression reading ``v`` (broadcast against ``space``) inside the loop nest.
     ``fixed``: dims of the space that have no loop (size 1), indexed 0. ``shape``: the
     reading node's output shape where it differs from ``space`` in size-1 dims only (a
@@ -150,10 +153,11 @@ def _index(v, space, fixed=(), shape=None):
         for j in range(k):
             d = m[len(shape) - k + j]
             idx.append("0" if v.shape[j] == 1 or d is None or d in fixed else f"i{d}")
-        return f"v{v.id}[{', '.join(idx)}]"
-    for j in range(k):
-        d = r - k + j
-        idx.append("0" if (v.shape[j] == 1 and space[d] != 1) or d in fixed else f"i{d}")
+    else:
+        for j in range(k):
+            d = r - k + j
+            idx.append("0" if (v.shape[j] == 1 and space[d] != 1) or d in fixed else f"i{d}")
+    v, idx = fold_index(v, idx, folds or {})   # a folded view: its base (codegen_cpu_fold)
     return f"v{v.id}[{', '.join(idx)}]"
 
 
@@ -190,7 +194,7 @@ def _loop(e, loop, inline, generic=False):
     src = extent_sources(loop, inline) if generic else [None] * r
     ext = [str(space[d]) if src[d] is None else f"n{d}" for d in range(r)]
 
-    hoisted = {}   # value -> index expression, read once per innermost loop (h<id>)
+    hoisted = {}   # h<id of the array read> -> index expression, read once per innermost loop
 
     def read(v, shape=None):
         if v in regs:
@@ -199,19 +203,22 @@ def _loop(e, loop, inline, generic=False):
             return _lit(inline[v], v.dtype)
         if v.ndim == 0:
             return f"v{v.id}"
-        idx = _index(v, space, fixed, shape)
+        idx = _index(v, space, fixed, shape, e.folds)
         if loops and f"i{loops[-1]}" not in re.findall(r"\bi\d+\b", idx):
             # Invariant in the innermost loop (a broadcast operand, e.g. an outer product's
             # column): read it once before that loop. LLVM cannot hoist the load itself,
-            # since the loop's stores might alias it, and then it does not vectorise.
-            hoisted[v] = idx
-            return f"h{v.id}"
+            # since the loop's stores might alias it, and then it does not vectorise. Named
+            # after the array read (a folded view's base: the roller maps names to ids).
+            name = "h" + idx[1:idx.index("[")]
+            if hoisted.setdefault(name, idx) == idx:
+                return name
         return idx
 
     names = ", ".join(f"%{n.outputs[0].id}" for n in loop.nodes)
     e.emit(1, f"# loop over {space}: {names}")
     for d, s in enumerate(src):
         if s is not None:
+            s = fold_axis(*s, e.folds)
             e.emit(1, f"n{d} = v{s[0].id}.shape[{s[1]}]")
     for v in loop.stores:
         if v.ndim:
@@ -318,8 +325,8 @@ def _loop(e, loop, inline, generic=False):
         else:
             regs[out] = f"t{out.id}"
             e.emit(depth, f"t{out.id} = {_expr(n, [read(v, out.shape) for v in n.inputs], e)}", n)
-    e.lines[inner:inner] = ["    " * (depth - 1) + f"h{v.id} = {idx}"
-                            for v, idx in hoisted.items()]
+    e.lines[inner:inner] = ["    " * (depth - 1) + f"{name} = {idx}"
+                            for name, idx in hoisted.items()]
     for v in loop.stores:
         dims = range(r) if v.shape == space else unit_map(v.shape, space)
         tgt = f"v{v.id}[{', '.join('0' if d is None else ix(d) for d in dims)}]" if v.ndim \
@@ -380,8 +387,11 @@ def generate(graph, name="entry", pack_inputs=False):
     outliner = Outliner(values) if rolls else None
     # Without rolling, every loop is outlined when there are this many (see below).
     outline_every = not rolls and sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS
+    e.folds = view_folds(steps, graph) if FOLD_VIEWS else {}
     blocks = []
     for step in steps:
+        if isinstance(step, Stmt) and step.node.outputs[0] in e.folds:
+            continue   # a view only loops read: they index its base
         mark, par = len(e.lines), e.parallel
         e.parallel = False
         big = False
