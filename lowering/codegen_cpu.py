@@ -53,6 +53,7 @@ from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, hoist_shapes, sha
 from gradjit.lowering.codegen_cpu_expr import _acc_init, _acc_update, _expr, _lit
 from gradjit.lowering.codegen_cpu_fold import fold_axis, fold_index, view_folds
 from gradjit.lowering.codegen_cpu_math import FAST_OPS
+from gradjit.lowering.codegen_cpu_outer import rank_one
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.codegen_cpu_rows import rows_axpy, rows_block, rows_dot, rows_end, rows_start
@@ -71,6 +72,7 @@ VEC_SUM_MIN = 64          # elements: so is a smaller one in a loop that calls v
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 RECOMPUTE = True      # cheap values computed again where read, not stored (schedule_remat.py)
 FOLD_VIEWS = True     # unit-dims views only loops read are not built (codegen_cpu_fold.py)
+RANK_ONE = True       # outer products (+ an accumulator) call cached helpers (codegen_cpu_outer.py)
 ROLL_MIN_STEPS = 32   # smaller graphs read exactly as scheduled
 OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become shared functions
 # A module's LLVM level (``LLVM_OPT``, applied by runtime/compiler.py). Level 1 cuts cold
@@ -395,14 +397,21 @@ def generate(graph, name="entry", pack_inputs=False):
         mark, par = len(e.lines), e.parallel
         e.parallel = False
         big = False
-        if isinstance(step, Loop):
+        # (a loop that might run in parallel stays a loop)
+        r1 = RANK_ONE and isinstance(step, Loop) and int(math.prod(step.shape)) < PARALLEL_MIN \
+            and rank_one(step, inline, e.folds)
+        if r1:   # an outer product, or one added to an accumulator: a cached helper
+            e.imports.add("from gradjit.lowering import blas_cpu as bl")
+            e.emit(1, *r1)
+            defs = {v.id for n in step.nodes for v in n.outputs}
+        elif isinstance(step, Loop):
             big = rolls and int(math.prod(step.shape)) >= OUTLINE_BIG
             _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
         else:
             stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
-        block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop))
+        block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop) and not r1)
         if isinstance(step, Loop) and step.rows is not None:
             # A row pass runs in parallel: in a function of its own, Numba's parallel
             # compile (several times a serial one) covers only it, not the whole entry.

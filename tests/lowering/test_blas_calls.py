@@ -15,7 +15,7 @@ def _source(f, *args):
     (2048, 4, 1, "bl.mv("),   # one column of a large matrix: gemv
     (1, 4, 2048, "bl.vm("),   # one row: gemv
     (6, 5, 1, "bl.mm("),      # small: gemm (gemv's reshapes cost more there)
-    (3, 1, 4, "mul.Tensor"),  # outer product: a broadcast multiply, fused, no BLAS call
+    (3, 1, 4, "bl.outer("),   # outer product: the cached rank-1 helper, no BLAS call
     (4, 5, 3, "bl.mm("),
     (1, 8, 32, "bl.smm("),    # a row times a small matrix (an RNN step): a loop nest
     (1, 32, 32, "bl.smm("),
@@ -50,11 +50,16 @@ def test_small_row_product_matches_numpy_for_every_layout(dtype, rng):
 
 
 def test_outer_product_fuses_into_its_consumer(rng):
-    # dW += h.T @ dz in an unrolled RNN's backward: one loop, no product temporary
+    # dW += h.T @ dz in an unrolled RNN's backward: one pass, no product temporary; exactly
+    # that is the cached rank-1 update (lowering/codegen_cpu_outer.py), anything more a loop
     a, b, c = rng.normal(size=(5, 1)), rng.normal(size=(1, 4)), rng.normal(size=(5, 4))
     src = _source(lambda a, b, c: c + a @ b, a, b, c)
+    assert "= bl.ger(v0, v1, v2)" in src and "for i" not in src
+    src = _source(lambda a, b, c: c + 2.0 * (a @ b), a, b, c)
     assert "bl." not in src and src.count("for i1 in") == 1
     assert "h0 = v0[i0, 0]" in src   # the column's element is read once per row
+    np.testing.assert_allclose(gj.jit(lambda a, b, c: c + 2.0 * (a @ b))(a, b, c),
+                               c + 2.0 * (a @ b), rtol=1e-14)
     np.testing.assert_allclose(gj.jit(lambda a, b, c: c + a @ b)(a, b, c), c + a @ b, rtol=1e-14)
     g = gj.grad(lambda a, b, c: ((c + a @ b) ** 2).sum(), argnums=(0, 1))(a, b, c)
     r = 2 * (c + a @ b)

@@ -21,6 +21,9 @@ from gradjit.lowering.passes import optimize
 @pytest.fixture(autouse=True)
 def _no_rolling(monkeypatch):
     monkeypatch.setattr(codegen_cpu, "ROLL_MIN_STEPS", 10 ** 9)
+    # The RNN's weight-gradient outer products would call the cached rank-1 helpers
+    # (codegen_cpu_outer.py); here they stay loops, the loops these tests outline.
+    monkeypatch.setattr(codegen_cpu, "RANK_ONE", False)
 
 
 def _rnn(T, hidden=4, seed=0, inp=3):

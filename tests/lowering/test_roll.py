@@ -348,8 +348,10 @@ def test_packed_call_with_read_only_and_wrong_shaped_arguments():
 
 
 def test_big_loops_of_a_rolled_body_are_outlined(monkeypatch):
-    # hidden 16: the weight-gradient loops have 16 * 16 = OUTLINE_BIG elements
+    # hidden 16: the weight-gradient loops have 16 * 16 = OUTLINE_BIG elements (loops, not
+    # the cached rank-1 helpers they would call: codegen_cpu_outer.py)
     from gradjit.lowering import codegen_cpu
+    monkeypatch.setattr(codegen_cpu, "RANK_ONE", False)
     rng = np.random.default_rng(3)
     H = 16
     assert H * H >= codegen_cpu.OUTLINE_BIG
@@ -382,7 +384,11 @@ def test_big_loops_of_a_rolled_body_are_outlined(monkeypatch):
 
 def test_outlined_loops_differing_only_in_shape_share_a_function(monkeypatch):
     # Wx (24, 16) and Wh (16, 16): their gradients' outer-product loops are one text once
-    # the extents are read from the arguments' shapes, so one function serves both.
+    # the extents are read from the arguments' shapes, so one function serves both (loops,
+    # not the cached rank-1 helpers they would call: codegen_cpu_outer.py).
+    from gradjit.lowering import codegen_cpu
+    monkeypatch.setattr(codegen_cpu, "RANK_ONE", False)
+
     def source(inp):
         args = _rnn_args(40, hidden=16, inp=inp, seed=4)
         return _source(rnn_args_loss, args), args
@@ -400,10 +406,10 @@ def test_views_reshape_through_the_cached_helper_or_an_index():
     # only drops or adds size-1 dims is an index (unit_dims_view), cheaper still
     src = _source(rnn_args_loss, _rnn_args(40))
     assert ".reshape(" not in src.replace("al.reshape(", "")
-    # the RNN's h.T, a (1, 5) -> (5, 1) view read only by the outer products' loops, is not
-    # built at all: those loops read h (codegen_cpu_fold)
+    # the RNN's h.T, a (1, 5) -> (5, 1) view read only by the outer products, is not built
+    # at all: they read h (codegen_cpu_fold), here in the cached rank-1 helpers
     assert not re.search(r"# %\d+:float64\[5,1\] = t\.default", src)
-    assert re.search(r"h\d+_? = v\d+_?\[0, i0\]", src)
+    assert re.search(r"= bl\.ger\(v\d+_?, v\d+_?, C\d+_\d+\)", src), src
 
 
 def test_unit_dims_views_are_indexes_and_agree_with_numpy(rng):

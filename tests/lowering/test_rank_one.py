@@ -1,0 +1,105 @@
+"""Rank-1 updates (lowering/codegen_cpu_outer.py): an outer product, alone or added to an
+accumulator, calls the cached helpers ``bl.outer`` / ``bl.ger`` instead of a fused loop.
+
+Counters, not clocks: which lines the generated module has. The helpers agree with NumPy
+for every orientation of their operands; gradients with the helpers equal, bit for bit,
+those of the loops, and finite differences.
+"""
+import numba
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.lowering import codegen_cpu
+from gradjit.lowering.blas_cpu import ger, outer
+from gradjit.runtime import plans
+from gradjit.runtime.compiler import compile_graph
+from tests.fd import numerical_grad
+
+
+@numba.njit
+def _outer(x, y):   # the helpers have no Python entry: generated code calls them
+    return outer(x, y)
+
+
+@numba.njit
+def _ger(x, y, acc):
+    return ger(x, y, acc)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m, n", [(5, 4), (1, 4), (5, 1), (1, 1), (0, 3)])
+def test_helpers_match_numpy_for_every_orientation(m, n, dtype, rng):
+    col = rng.normal(size=(m, 1)).astype(dtype)
+    row = rng.normal(size=(1, n)).astype(dtype)
+    acc = rng.normal(size=(m, n)).astype(dtype)
+    want = col * row
+    wide = rng.normal(size=(3, m + 1, 2 * n + 1)).astype(dtype)
+    strided = wide[1, :1, 1::2][:, :n]   # a (1, n) view with a stride of 2
+    for x in (col, col.T.copy()):         # the column as (m, 1) or as its (1, m) base
+        for y, yv in ((row, row), (row.T.copy(), row), (strided, strided)):
+            got = _outer(x, y)
+            assert got.dtype == dtype and got.shape == (m, n) and got.flags.c_contiguous
+            w = col * yv
+            np.testing.assert_array_equal(got, w)
+            np.testing.assert_array_equal(_ger(x, y, acc), acc + w)
+    assert want.shape == (m, n)
+
+
+def _both(f, args, argnums, monkeypatch):
+    """(source, results) of f's joint graph (or forward, argnums None) with the helpers
+    on, then off."""
+    t = gj.jit(f) if argnums is None else gj.grad(f, argnums=argnums)
+    opt = t.graphs(*args)[1]
+    out = []
+    for on in (True, False):
+        monkeypatch.setattr(codegen_cpu, "RANK_ONE", on)
+        monkeypatch.setattr(plans, "_CODE", [f"rank one {on}"])   # no plan of the other one
+        exe = compile_graph(opt)
+        out.append((exe.source, exe(list(args))))
+    return out
+
+
+def _rnn(Wx, Wh, b, h, *xs):
+    for x in xs:
+        h = np.tanh(x @ Wx + h @ Wh + b)
+    return (h * h).sum()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("T", [3, 40], ids=["unrolled", "rolled"])
+def test_rnn_weight_gradients_call_the_helpers(T, dtype, rng, monkeypatch):
+    args = [(rng.normal(size=s) / 3).astype(dtype)
+            for s in [(3, 6), (6, 6), (6,), (1, 6)] + [(1, 3)] * T]
+    (src, got), (src_off, want) = _both(_rnn, args, (0, 1, 2), monkeypatch)
+    # the first term of each weight gradient is an outer product, every later one is added
+    assert src.count("= bl.outer(") == 2 and "= bl.ger(" in src, src
+    assert "bl.outer(" not in src_off and "bl.ger(" not in src_off
+    for a, b in zip(got, want):
+        assert a.dtype == dtype
+        np.testing.assert_array_equal(a, b)
+    if dtype == np.float64:
+        for i in (0, 1, 2):
+            np.testing.assert_allclose(got[i], numerical_grad(_rnn, args, i),
+                                       rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["scaled", "subtracted", "mixed dtypes", "3-d"])
+def test_other_loops_stay_loops(case, rng, monkeypatch):
+    a, b, c = rng.normal(size=(5, 1)), rng.normal(size=(1, 4)), rng.normal(size=(5, 4))
+    f = {"scaled": lambda a, b, c: c + 2.0 * (a @ b),
+         "subtracted": lambda a, b, c: c - a @ b,
+         "mixed dtypes": lambda a, b, c: c.astype(np.float32) + a @ b,
+         "3-d": lambda a, b, c: c[None] + (a @ b)[None]}[case]
+    (src, got), (src_off, want) = _both(f, [a, b, c], None, monkeypatch)
+    assert "bl.ger(" not in src
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[0], f(a, b, c), rtol=1e-6)
+
+
+def test_a_loop_large_enough_to_run_in_parallel_stays_a_loop(rng, monkeypatch):
+    monkeypatch.setattr(codegen_cpu, "PARALLEL_MIN", 16)
+    a, b, c = rng.normal(size=(5, 1)), rng.normal(size=(1, 4)), rng.normal(size=(5, 4))
+    (src, got), _ = _both(lambda a, b, c: c + a @ b, [a, b, c], None, monkeypatch)
+    assert "bl.ger(" not in src and "prange" in src
+    np.testing.assert_allclose(got[0], c + a @ b, rtol=1e-14)
