@@ -6,7 +6,8 @@ Contract
   statement ``v = bl.outer(x, y)``; that product added to an (m, n) accumulator
   (``add.Tensor``, alpha 1) with only the sum stored is ``v = bl.ger(x, y, acc)``
   (lowering/blas_cpu.py). Operands are arrays of the loop's dtype, none an inline
-  constant; a folded view (codegen_cpu_fold) passes its base, which must be 2-D too.
+  constant; the helpers take rows: a folded view (codegen_cpu_fold) passes its base,
+  which must be 2-D too, and a column its ``.T``.
   ``node`` is the IR node the line's comment names. Anything else: None (a loop).
 - The caller applies it only to loops that would not run in parallel.
 - The result is bit for bit the loop's: the same products and sums, element by element.
@@ -29,9 +30,12 @@ def _operands(mul, m, n):
     return None
 
 
-def _name(v, folds):
+def _row(v, folds):
+    """``v``'s elements as a row (1, k): its name, its folded base's, or a column's ``.T``."""
     base = folds.get(v, v)
-    return f"v{base.id}" if base.ndim == 2 else None
+    if base.ndim != 2:
+        return None
+    return f"v{base.id}" if base.shape[0] == 1 else f"v{base.id}.T"
 
 
 def rank_one(loop, inline, folds):
@@ -58,7 +62,7 @@ def rank_one(loop, inline, folds):
     if loop.stores != [node.outputs[0]] or any(
             v in inline or v.dtype != out.dtype for v in args + [node.outputs[0]]):
         return None
-    names = [_name(v, folds) for v in args]
+    names = [_row(v, folds) for v in args[:2]] + [f"v{v.id}" for v in args[2:]]
     if None in names:
         return None
     return f"v{node.outputs[0].id} = bl.{fn}({', '.join(names)})", node

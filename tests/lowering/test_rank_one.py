@@ -29,21 +29,29 @@ def _ger(x, y, acc):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("m, n", [(5, 4), (1, 4), (5, 1), (1, 1), (0, 3)])
-def test_helpers_match_numpy_for_every_orientation(m, n, dtype, rng):
+def test_helpers_match_numpy_for_rows_of_every_layout(m, n, dtype, rng):
     col = rng.normal(size=(m, 1)).astype(dtype)
     row = rng.normal(size=(1, n)).astype(dtype)
     acc = rng.normal(size=(m, n)).astype(dtype)
-    want = col * row
-    wide = rng.normal(size=(3, m + 1, 2 * n + 1)).astype(dtype)
-    strided = wide[1, :1, 1::2][:, :n]   # a (1, n) view with a stride of 2
-    for x in (col, col.T.copy()):         # the column as (m, 1) or as its (1, m) base
-        for y, yv in ((row, row), (row.T.copy(), row), (strided, strided)):
+    wide = rng.normal(size=(3, 2, 2 * n + 1)).astype(dtype)
+    strided = wide[1, :1, 1::2][:, :n]   # a (1, n) row with a stride of 2
+    for x in (col.T.copy(), col.T):      # a C row, a column's .T (F)
+        for y in (row, strided, row.T.copy().T):
             got = _outer(x, y)
             assert got.dtype == dtype and got.shape == (m, n) and got.flags.c_contiguous
-            w = col * yv
-            np.testing.assert_array_equal(got, w)
-            np.testing.assert_array_equal(_ger(x, y, acc), acc + w)
-    assert want.shape == (m, n)
+            np.testing.assert_array_equal(got, col * y)
+            np.testing.assert_array_equal(_ger(x, y, acc), acc + col * y)
+
+
+def test_a_column_operand_is_passed_as_its_transpose(rng):
+    a, b, c = rng.normal(size=(5, 1)), rng.normal(size=(1, 4)), rng.normal(size=(5, 4))
+    src = gj.jit(lambda a, b, c: c + a @ b).graphs(a, b, c)[2]
+    assert "= bl.ger(v0.T, v1, v2)" in src
+    np.testing.assert_array_equal(gj.jit(lambda a, b, c: c + a @ b)(a, b, c), c + a * b)
+    # (4, 1) @ (1, 5) of views of a row and a column: they fold to b itself and a's .T
+    src = gj.jit(lambda a, b: b.T @ a.T).graphs(a, b)[2]
+    assert "= bl.outer(v1, v0.T)" in src, src
+    np.testing.assert_array_equal(gj.jit(lambda a, b: b.T @ a.T)(a, b), b.T * a.T)
 
 
 def _both(f, args, argnums, monkeypatch):
