@@ -39,6 +39,10 @@ Contract
 - A loop that carries a row pass (``Loop.rows``, ``schedule_rows.py``) runs over
   blocks of the matrix's rows, in parallel, in a function of its own; its extra
   lines come from ``codegen_cpu_rows.py``.
+- A unit-dims view that only fused loops read is not built: they index its base
+  (``codegen_cpu_fold.py``, ``FOLD_VIEWS``). A loop that is exactly an outer product,
+  or one added to an accumulator, calls a cached rank-1 helper instead
+  (``codegen_cpu_outer.py``, ``RANK_ONE``), unless it is large enough to run in parallel.
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ import pytest
 import gradjit as gj
 from gradjit.lowering import codegen_cpu
 from gradjit.lowering.blas_cpu import ger, outer
-from gradjit.runtime import plans
-from gradjit.runtime.compiler import compile_graph
 from tests.fd import numerical_grad
+from tests.lowering.test_roll import rnn_args_loss as _rnn
+from tests.lowering.test_view_fold import switched
 
 
 @numba.njit
@@ -55,23 +55,7 @@ def test_a_column_operand_is_passed_as_its_transpose(rng):
 
 
 def _both(f, args, argnums, monkeypatch):
-    """(source, results) of f's joint graph (or forward, argnums None) with the helpers
-    on, then off."""
-    t = gj.jit(f) if argnums is None else gj.grad(f, argnums=argnums)
-    opt = t.graphs(*args)[1]
-    out = []
-    for on in (True, False):
-        monkeypatch.setattr(codegen_cpu, "RANK_ONE", on)
-        monkeypatch.setattr(plans, "_CODE", [f"rank one {on}"])   # no plan of the other one
-        exe = compile_graph(opt)
-        out.append((exe.source, exe(list(args))))
-    return out
-
-
-def _rnn(Wx, Wh, b, h, *xs):
-    for x in xs:
-        h = np.tanh(x @ Wx + h @ Wh + b)
-    return (h * h).sum()
+    return switched("RANK_ONE", f, args, argnums, monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -19,6 +19,7 @@ from gradjit.runtime.compiler import compile_graph
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
+from tests.lowering.test_roll import rnn_args_loss as _rnn
 
 _VIEW_LINE = re.compile(r"# %\d+:\w+\[[\d,]*\] = (t|view|unsqueeze|squeeze|permute|transpose)\.")
 
@@ -29,22 +30,22 @@ def _views(src):
                if _VIEW_LINE.search(ln) and "al.contiguous(" not in ln)
 
 
-def _both(f, args, argnums, monkeypatch):
-    """(source, gradients) of f's joint graph with folding on, then off."""
-    opt = gj.grad(f, argnums=argnums).graphs(*args)[1]
+def switched(flag, f, args, argnums, monkeypatch):
+    """(source, results) of f's graph (joint with ``argnums``, else the forward) compiled
+    with ``codegen_cpu.<flag>`` on, then off."""
+    t = gj.jit(f) if argnums is None else gj.grad(f, argnums=argnums)
+    opt = t.graphs(*args)[1]
     out = []
     for on in (True, False):
-        monkeypatch.setattr(codegen_cpu, "FOLD_VIEWS", on)
-        monkeypatch.setattr(plans, "_CODE", [f"fold {on}"])   # no plan of the other setting
+        monkeypatch.setattr(codegen_cpu, flag, on)
+        monkeypatch.setattr(plans, "_CODE", [f"{flag} {on}"])   # no plan of the other setting
         exe = compile_graph(opt)
         out.append((exe.source, exe(list(args))))
     return out
 
 
-def _rnn(Wx, Wh, b, h, *xs):
-    for x in xs:
-        h = np.tanh(x @ Wx + h @ Wh + b)
-    return (h * h).sum()
+def _both(f, args, argnums, monkeypatch):
+    return switched("FOLD_VIEWS", f, args, argnums, monkeypatch)
 
 
 def _rnn_args(rng, T, hidden=5, inp=3):
