@@ -7,6 +7,8 @@ Contract
   is large (``blas_helper`` picks; for small ones the extra reshapes cost more).
   ``smm(a, b)`` is the same product as a loop nest, for a row times a small
   matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
+  ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``
+  alone or added to ``acc`` (``codegen_cpu_outer.py`` emits them).
   Results are C arrays of the 2-D product's shape. The BLAS helpers are
   ``forceinline``: no call overhead in the caller's loops.
 - Generated modules call these instead of ``np.dot``: Numba then compiles its

@@ -21,12 +21,7 @@ from gradjit.lowering.schedule import Loop, Stmt, unit_view
 
 
 def view_folds(steps, graph):
-    member = {}   # node -> the step it belongs to
-    for st in steps:
-        if isinstance(st, Loop):
-            member.update((n, st) for n in st.nodes)
-        elif isinstance(st, Stmt):
-            member[st.node] = st
+    in_loop = {n for st in steps if isinstance(st, Loop) and st.rows is None for n in st.nodes}
     users = graph.users()
     outputs = set(graph.outputs)
     views = [st.node for st in steps if isinstance(st, Stmt) and unit_view(st.node)]
@@ -34,9 +29,7 @@ def view_folds(steps, graph):
     for node in reversed(views):   # that fold folds too
         v = node.outputs[0]
         readers = users.get(v, ())
-        if v not in outputs and readers and all(
-                n in foldable or (isinstance(member.get(n), Loop) and member[n].rows is None)
-                for n in readers):
+        if v not in outputs and readers and all(n in foldable or n in in_loop for n in readers):
             foldable.add(node)
     folds = {}
     for node in views:
