@@ -9,7 +9,8 @@ Contract
   Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
   for the exact argument types while holding a file lock (Numba updates its
   cache index without one), at the LLVM level the module's ``LLVM_OPT`` names
-  (``llvm_level``), its result arrays boxed without a Python call each
+  and the code-generation level its ``CODEGEN_OPT`` names (runtime/levels.py),
+  its result arrays boxed without a Python call each
   (``lowering/boxing_cpu.py``). Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
@@ -38,7 +39,7 @@ import warnings
 
 import numba
 import numpy as np
-from numba.core import config as numba_config, sigutils
+from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
@@ -47,6 +48,7 @@ from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
+from gradjit.runtime.levels import codegen_level, llvm_level
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
@@ -118,7 +120,7 @@ def load(source, signature, name="entry"):
         disp._can_compile = True  # may have been disabled for another signature
         if not _load_cached(disp, signature):
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
-                  env_boxing()):
+                  codegen_level(getattr(mod, "CODEGEN_OPT", None)), env_boxing()):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
                 disp.compile(signature)
         disp.disable_compile()
@@ -129,28 +131,6 @@ def load(source, signature, name="entry"):
     STATS["compile_seconds"] += time.perf_counter() - t0
     _LOADED[key] = disp
     return disp
-
-
-@contextlib.contextmanager
-def llvm_level(level):
-    """Compile at LLVM optimisation ``level`` inside the block (None: Numba's setting).
-
-    Numba has no per-function level: its pass builders read ``numba.core.config.OPT``
-    each time they are made, so the level is swapped for the block, under Numba's
-    compiler lock (every other thread's compile waits on that lock, so none sees it).
-    A ``NUMBA_OPT`` the user set wins. Helpers first compiled inside the block are
-    cached at this level; callers inline and optimise them again at their own.
-    """
-    if level is None or "NUMBA_OPT" in os.environ:
-        yield
-        return
-    with global_compiler_lock:
-        old = numba_config.OPT
-        numba_config.OPT = type(old)(level)
-        try:
-            yield
-        finally:
-            numba_config.OPT = old
 
 
 def _load_cached(disp, signature):

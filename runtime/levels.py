@@ -1,0 +1,125 @@
+"""Optimisation levels of a generated module's compile: LLVM's IR passes and its machine code.
+
+Contract
+- ``llvm_level(level)``: inside the block Numba runs LLVM's IR passes at ``level``
+  (a generated module's ``LLVM_OPT``); None keeps Numba's setting.
+- ``codegen_level(level)``: inside the block, the machine code of every library
+  Numba finalises for a gradjit generated module (a function of a
+  ``gradjit_gen_`` module defined in it) is emitted at LLVM code-generation
+  level ``level`` (a module's ``CODEGEN_OPT``); None keeps Numba's, which
+  is ``NUMBA_OPT`` (3 by default). Helpers first compiled inside the block
+  keep Numba's level: they are cached for every later caller.
+- A ``NUMBA_OPT`` the user set wins over both.
+- Both swap process state for the block under Numba's compiler lock, so no other
+  thread's compile sees it, and restore it on the way out (also on errors).
+- ``STATS["emitted"]`` counts the objects emitted here (tests read it).
+
+Why a code-generation level: Numba makes one target machine for its JIT, at its
+level, and every module's machine code comes from it. At level 0 LLVM selects
+instructions fast (FastISel) and allocates registers block by block: the RNN
+benchmark's entry (2,400 instructions after the IR passes) takes 20 ms instead of
+110 ms, its whole cold first gradient 1.06 -> 0.93 s, with equal steady times.
+Loops that carry values from one iteration to the next pay for it, though (an
+in-cache sum of squares of 20,000 elements: +25%): lowering/codegen_cpu.py asks
+for level 0 only where the code is large and its loops do little work.
+
+How: Numba's JIT asks its object cache for a module's machine code before it
+compiles one (that is how cached code is loaded). Just before that point
+(``JITCodeLibrary._finalize_specific``) the object is emitted with a target
+machine made as Numba makes its own, at ``level``, and handed to that cache;
+afterwards the library keeps it as its compiled object, so Numba's disk cache
+stores it. Where Numba's internals differ, nothing is hooked and Numba's level
+applies.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+from numba.core import config as numba_config
+from numba.core.compiler_lock import global_compiler_lock
+
+STATS = {"emitted": 0}
+_LEVEL = [None]   # the code-generation level of the block being compiled, else None
+_MACHINES = {}    # level -> target machine
+
+
+@contextlib.contextmanager
+def llvm_level(level):
+    """Compile at LLVM optimisation ``level`` inside the block (None: Numba's setting).
+
+    Numba has no per-function level: its pass builders read ``numba.core.config.OPT``
+    each time they are made, so the level is swapped for the block, under Numba's
+    compiler lock (every other thread's compile waits on that lock, so none sees it).
+    A ``NUMBA_OPT`` the user set wins. Helpers first compiled inside the block are
+    cached at this level; callers inline and optimise them again at their own.
+    """
+    if level is None or "NUMBA_OPT" in os.environ:
+        yield
+        return
+    with global_compiler_lock:
+        old = numba_config.OPT
+        numba_config.OPT = type(old)(level)
+        try:
+            yield
+        finally:
+            numba_config.OPT = old
+
+
+@contextlib.contextmanager
+def codegen_level(level):
+    """Emit generated modules' machine code at ``level`` inside the block (see above)."""
+    if level is None or "NUMBA_OPT" in os.environ or _ORIGINAL is None:
+        yield
+        return
+    with global_compiler_lock:
+        old, _LEVEL[0] = _LEVEL[0], int(level)
+        try:
+            yield
+        finally:
+            _LEVEL[0] = old
+
+
+def _machine(codegen, level):
+    tm = _MACHINES.get(level)
+    if tm is None:
+        import llvmlite.binding as ll
+        options = dict(opt=level)
+        codegen._customize_tm_options(options)   # Numba's own: CPU, features, relocation
+        tm = _MACHINES[level] = ll.Target.from_triple(
+            ll.get_process_triple()).create_target_machine(**options)
+    return tm
+
+
+def _ours(library):
+    return any("gradjit_gen_" in f.name for f in library._final_module.functions
+               if not f.is_declaration)
+
+
+def _finalize_specific(self):
+    level = _LEVEL[0]
+    if (level is None or not self._object_caching_enabled or self._compiled
+            or self._compiled_object is not None or not _ours(self)):
+        return _ORIGINAL(self)
+    obj = _machine(self._codegen, level).emit_object(self._final_module)
+    STATS["emitted"] += 1
+    self._compiled_object = obj   # what the JIT's object cache hands it (not compiled)
+    _ORIGINAL(self)
+    self._compiled, self._compiled_object = True, obj   # (the cache took it): for saving
+
+
+def _install():
+    try:
+        from numba.core.codegen import CPUCodeLibrary, JITCodeLibrary
+        original = JITCodeLibrary._finalize_specific
+    except (ImportError, AttributeError):   # another Numba layout: its level applies
+        return None
+    # (the object cache hook that takes the emitted object, and the flag it reads)
+    if not (hasattr(CPUCodeLibrary, "_object_getbuffer_hook")
+            and hasattr(CPUCodeLibrary, "_object_caching_enabled")):
+        return None
+    JITCodeLibrary._finalize_specific = _finalize_specific
+    return original
+
+
+_ORIGINAL = _install()
