@@ -48,7 +48,7 @@ from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
-from gradjit.runtime.levels import codegen_level, llvm_level
+from gradjit.runtime.levels import codegen_level, llvm_level, load_links, save_links
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
@@ -118,11 +118,17 @@ def load(source, signature, name="entry"):
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
+        level = getattr(mod, "CODEGEN_OPT", None)
+        links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
+        if level is not None:   # (helpers first: runtime/levels.py)
+            load_links(links, _load_cached)
         if not _load_cached(disp, signature):
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
-                  codegen_level(getattr(mod, "CODEGEN_OPT", None)), env_boxing()):
+                  codegen_level(level), env_boxing()):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
                 disp.compile(signature)
+            if level is not None:
+                save_links(disp, signature, links)
         disp.disable_compile()
         if sum(disp.stats.cache_hits.values()) > hits:
             STATS["disk_hits"] += 1
