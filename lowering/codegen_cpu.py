@@ -88,7 +88,7 @@ OUTLINE_BIG = 256     # elements: in graphs that roll, loops this large become s
 LLVM_OPT_SERIAL, LLVM_OPT_PARALLEL = 1, 3
 # Machine code at LLVM's code-generation level 0 (``CODEGEN_OPT``, runtime/levels.py) for a
 # graph long enough to roll whose loops do little work: its machine code is emitted 5x
-# faster (the RNN's cold first gradient 1.06 -> 0.93 s; steady time, elementwise loops
+# faster (the RNN's cold first gradient 1.03 -> 0.95 s; steady time, elementwise loops
 # equal), but a loop that carries a value from one iteration to the next, a sum, keeps it
 # in memory at level 0, not in a register (an in-cache sum of 20,000 squares: +25%). So:
 # at most FAST_CODEGEN_SUMS elements visited by loops that reduce, FAST_CODEGEN_WORK by

@@ -23,7 +23,8 @@ Why a code-generation level: Numba makes one target machine for its JIT, at its
 level, and every module's machine code comes from it. At level 0 LLVM selects
 instructions fast (FastISel) and allocates registers block by block: the RNN
 benchmark's entry (2,400 instructions after the IR passes) takes 20 ms instead of
-110 ms, its whole cold first gradient 1.06 -> 0.93 s, with equal steady times.
+110 ms, its whole cold first gradient 1.03 -> 0.95 s (1.22 -> 1.10 s in a slower
+phase of this machine), with steady times within 2%.
 Loops that carry values from one iteration to the next pay for it, though (an
 in-cache sum of squares of 20,000 elements: +25%): lowering/codegen_cpu.py asks
 for level 0 only where the code is large and its loops do little work.
@@ -38,7 +39,7 @@ applies.
 
 Helpers: the entry's object also carries copies of the cached helpers it calls and
 did not inline (``blas_cpu.smm``, ``ger``, ...; Numba links every callee in), made at
-level 0 with the rest, and their loops are 1.4x slower so. Where the helper's own
+level 0 with the rest, where their loops are slow. Where the helper's own
 code is already loaded, the JIT binds the calls to it (the copies are weak symbols): so
 it is in the compiling process, whose compile loaded the helpers, but not in another
 process that loads the entry from the disk cache, unless something loaded the helpers
@@ -157,6 +158,8 @@ def load_links(path, load):
         with open(path, "rb") as f:
             links = pickle.load(f)
         for module, fname, args in links:
+            if not module.startswith("gradjit.lowering."):   # (only helpers are recorded)
+                continue
             if load(getattr(importlib.import_module(module), fname), args):
                 STATS["linked"] += 1
     except Exception:   # noqa: BLE001 - the entry then runs its own copies of them
