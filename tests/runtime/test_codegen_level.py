@@ -100,6 +100,11 @@ def test_level_zero_code_is_cached_for_a_fresh_process(tmp_path):
     assert second["emitted"] == 0 and second["g"] == first["g"]
     # the helpers were loaded before the entry, so its calls bind to their own code
     assert second["linked"] == len(pickle.loads(links[0].read_bytes()))
+    # without the record the entry runs its own (level-0) copies of them: same results
+    links[0].unlink()
+    third = _child(tmp_path)
+    assert third["stats"]["compiles"] == 0 and third["stats"]["disk_hits"] == 1
+    assert third["linked"] == 0 and third["g"] == first["g"]
 
 
 def test_a_missing_or_unreadable_link_record_loads_nothing(tmp_path):
