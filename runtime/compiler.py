@@ -48,7 +48,7 @@ from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
-from gradjit.runtime.levels import codegen_level, llvm_level, load_links, save_links
+from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level, load_links, save_links
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
@@ -114,13 +114,13 @@ def load(source, signature, name="entry"):
     t0 = time.perf_counter()
     with file_lock(os.path.join(d, ".lock")):
         plans.write_atomic(path, source)
-        mod = _import(path, f"gradjit_gen_{h}")
+        mod = _import(path, f"{GENERATED}{h}")
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
         level = getattr(mod, "CODEGEN_OPT", None)
-        links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
         if level is not None:   # (helpers first: runtime/levels.py)
+            links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
             load_links(links, _load_cached)
         if not _load_cached(disp, signature):
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),

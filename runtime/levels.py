@@ -53,12 +53,14 @@ import contextlib
 import importlib
 import os
 import pickle
-import sys
-import tempfile
+import types
 
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 
+from gradjit.runtime import plans
+
+GENERATED = "gradjit_gen_"   # name prefix of generated modules (runtime/compiler.py imports them)
 STATS = {"emitted": 0, "linked": 0}
 _LEVEL = [None]   # the code-generation level of the block being compiled, else None
 _MACHINES = {}    # level -> target machine
@@ -112,7 +114,7 @@ def _machine(codegen, level):
 
 
 def _ours(library):
-    return any("gradjit_gen_" in f.name for f in library._final_module.functions
+    return any(GENERATED in f.name for f in library._final_module.functions
                if not f.is_declaration)
 
 
@@ -130,23 +132,22 @@ def _finalize_specific(self):
 
 def save_links(disp, signature, path):
     """Record (module, function, argument types) of each helper overload whose function
-    the compiled ``signature`` of ``disp`` still calls (not inlined): a pickle at ``path``."""
+    the compiled ``signature`` of ``disp`` still calls (not inlined): a pickle at ``path``.
+    The helpers are the dispatchers of the gradjit.lowering modules the generated module
+    imports (``bl``, ``al``, ``fm`` ...)."""
     try:
         from numba.core.registry import CPUDispatcher
         cres = disp.overloads[tuple(signature)]
         kept = {f.name for f in cres.library._final_module.functions if not f.is_declaration}
         links = []
-        for name, mod in list(sys.modules.items()):
-            if not name.startswith("gradjit.lowering.") or mod is None:
-                continue
-            for fname, helper in list(vars(mod).items()):
+        mods = {m.__name__: m for m in disp.py_func.__globals__.values()
+                if isinstance(m, types.ModuleType) and m.__name__.startswith("gradjit.lowering.")}
+        for name, mod in mods.items():
+            for fname, helper in vars(mod).items():
                 if isinstance(helper, CPUDispatcher):
                     links += [(name, fname, args) for args, c in helper.overloads.items()
                               if c.fndesc.mangled_name in kept]
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(links, f)
-        os.replace(tmp, path)
+        plans.write_atomic(path, pickle.dumps(links), replace=True)
     except Exception:   # noqa: BLE001 - a missing record costs speed, never correctness
         return
 

@@ -82,13 +82,13 @@ def _read(path):
 
 
 def write_atomic(path, text, replace=False):
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename; an
-    existing file is kept unless ``replace`` (generated modules must never be
+    """Write ``text`` (str, or bytes) to ``path`` through a temporary file and an atomic
+    rename; an existing file is kept unless ``replace`` (generated modules must never be
     rewritten: their mtime is part of Numba's cache key)."""
     if os.path.exists(path) and not replace:
         return
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
