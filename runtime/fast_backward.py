@@ -28,14 +28,15 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
-from gradjit.tracer import tape
+from gradjit.tracer import replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import plain_tensor
 
 _FAST = {}   # key -> (Executable, feeds, direct arguments or None, _lead's or None,
 #             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
-#             gradient needs a copy or a cast (else None), out shape, out dtype)
+#             gradient needs a copy or a cast (else None), out shape, out dtype, [the
+#             step's tracer/replay.Replay once made, False when it cannot be made])
 _DATA = attrgetter("_data")
 
 try:   # the environment switches, read without os.environ.get's per-call encoding (0.6 us)
@@ -57,19 +58,40 @@ def _key(tp, root):
     tape's, recorded at first use (a leaf whose data or requires_grad is replaced since
     breaks the tape). A list, not a tuple, so the one-entry memo in front of ``_FAST``
     compares it without a copy."""
+    if tp.exp is not None:
+        replay.resume(tp)   # (the key's parts and the unread count are needed)
     fn = root.grad_fn
     if tp.open != 1 and not tp.broken:
         tp.trim()   # dead side computations leave entries open (as tape.take)
     if (tp.broken or tp.open != 1 or fn is None or fn._tgen != tp.gen
             or fn._tpos != len(tp.fns) - 1 or root._index != 0 or tp.special):
         return None, None
+    leaves = _leaves(tp)
+    return (None, None) if leaves is None else ([tp.parts, tp.types, _switches()], leaves)
+
+
+def _leaves(tp):
+    """The tape's leaves, or None when one is gone, has a hook or was written in place since
+    its first use (the general path raises)."""
     leaves = []   # (a loop, not a list comprehension and a loop: half the time)
     for r, v in zip(tp.leaves, tp.first):
         t = r()
         if t is None or t._hooks or t._box[0] != v:
-            return None, None   # (a leaf written in place since: the general path raises)
+            return None
         leaves.append(t)
-    return [tp.parts, tp.types, _switches()], leaves
+    return leaves
+
+
+def _replayed(tp, root):
+    """When the step on ``tp`` replayed its expectation (tracer/replay.py) whole, with
+    ``root`` its last entry's output and nothing special: (the expectation's plan, the
+    leaves); else None."""
+    ex, fn = tp.exp, root.grad_fn
+    if (len(tp.fns) != ex.n or fn._tgen != tp.gen or fn._tpos != ex.n - 1 or root._index
+            or tp.special or tp.broken or ex.epoch != _EPOCH[0] or _switches() != ex.switches):
+        return None
+    leaves = _leaves(tp)
+    return None if leaves is None else (ex.plan, leaves)
 
 
 def _lookup(k):
@@ -90,6 +112,14 @@ def _frozen(k):
 
 
 _LAST = [None]   # [(key as lists, plan)] of the last fast hit
+_EPOCH = [0]     # bumped by ``forget``: the tapes' expectations made before no longer hold
+
+
+def forget():
+    """Forget every plan: the next step of any structure takes the general path."""
+    _FAST.clear()
+    _LAST[0] = None
+    _EPOCH[0] += 1
 
 
 def register(k, plan, targets):
@@ -109,7 +139,7 @@ def register(k, plan, targets):
         plain = (tuple(slot for slot, _, _ in targets)
                  if not any(shared or dt is not None for _, shared, dt in targets) else None)
         _FAST[k] = (exe, feeds, direct, _lead(direct, len(k[1]), exe), targets, plain, shape,
-                    dtype)
+                    dtype, [None])   # (the last: its Replay once made, False if none)
 
 
 def _lead(direct, n_leaves, exe):
@@ -155,12 +185,18 @@ def fast_backward(root):
     if _ANOMALY["enabled"]:
         return None
     tp = tape._local.tape or tape.current()
-    k, leaves = _key(tp, root)
-    if k is None:
-        return None
-    hit = _lookup(k)
-    if hit is None:
-        return k
+    got = _replayed(tp, root) if tp.exp is not None else None
+    if got is not None:
+        hit, leaves = got
+        ex = tp.exp
+    else:
+        k, leaves = _key(tp, root)
+        if k is None:
+            return None
+        hit = _lookup(k)
+        if hit is None:
+            return k
+        ex = hit[8][0]
     fns, live = [], 0   # (all alive: every entry feeds the root's)
     for r in tp.fns:
         f = r()
@@ -169,8 +205,14 @@ def fast_backward(root):
             live += 1
     if live > 1:   # tensors of this step the caller holds get their recorded values
         compute_pending([f for f in fns[:-1] if f.held()])
-    exe, feeds, direct, lead, targets, plain, shape, dtype = hit
+    if ex is None:   # the next step of this structure replays this one's record
+        ex = hit[8][0] = replay.build(tp, fns, k[2]) or False
+        if ex:
+            ex.plan, ex.epoch = hit, _EPOCH[0]
+    exe, feeds, direct, lead, targets, plain, shape, dtype, _ = hit
     tp.restart()   # taken: the next step records afresh
+    if ex:
+        tp.exp = ex
     res = None
     try:   # scalars stay as Numba returns them: made arrays below
         if lead is not None:

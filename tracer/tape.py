@@ -72,6 +72,7 @@ class _Local(threading.local):
 _local = _Local()
 _NEW = object.__new__
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
+RESUME = [None]   # [replay.resume(tape)], set by tracer/replay.py: leave replay
 
 
 PAUSE_AT = 64                # entries: a step this long has its collections paused
@@ -156,7 +157,7 @@ def fn_key(fn):
 
 class Tape:
     __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "types",
-                 "broken", "special", "trim_at", "held", "__weakref__")
+                 "broken", "special", "trim_at", "held", "exp", "__weakref__")
 
     def __init__(self):
         self.gen = next(_gens)
@@ -170,6 +171,7 @@ class Tape:
         self.broken = False
         self.special = False     # a node here has hooks or retain_grad (mark_special)
         self.trim_at = TRIM_MIN
+        self.exp = None          # the step expected next (tracer/replay.py), while it matches
         with _TAPES_LOCK:   # (two threads making tapes at once must both be listed)
             _TAPES[:] = [r for r in _TAPES if r() is not None] + [weakref.ref(self)]
 
@@ -191,9 +193,12 @@ class Tape:
         self.open = 0
         self.broken = self.special = False
         self.trim_at = TRIM_MIN
+        self.exp = None
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
+        if self.exp is not None:
+            RESUME[0](self)
         n = self._room()
         if n is None:
             return False
@@ -215,6 +220,8 @@ class Tape:
         broken."""
         if self.broken:
             return None
+        if self.exp is not None:
+            RESUME[0](self)
         n = len(self.fns)
         if n >= self.trim_at or n >= LIMIT:
             n = self._room()
@@ -312,6 +319,8 @@ class Tape:
         without no_grad) so keeps the tape at the size of what is alive instead of
         growing it until it breaks. Run when the tape reaches ``trim_at``, which then
         doubles past what stays: linear time overall. Returns the new length."""
+        if self.exp is not None:
+            RESUME[0](self)
         n = len(self.fns)
         alive = [(r, f) for r, f in ((r, r()) for r in self.fns) if f is not None]
         if len(alive) < n:
@@ -328,6 +337,7 @@ class Tape:
         """Broken until the next take; drop what was recorded (computing its deferred
         nodes first: a pending node must always be on the current tape). Returns False."""
         self.broken = True
+        self.exp = None
         resume()
         self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves = [], [], [], {}, []
@@ -388,6 +398,8 @@ def flush():
 def take(roots):
     tape = current()
     _local.tape = Tape()
+    if tape.exp is not None:
+        RESUME[0](tape)
     if tape.open != 1 and not tape.broken:
         tape.trim()   # dead side computations (an evaluation forward) leave entries open
     if tape.broken or tape.open != 1 or len(roots) != 1:

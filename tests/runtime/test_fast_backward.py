@@ -268,8 +268,7 @@ def test_the_call_forms_of_a_hit(rng, fast, monkeypatch):
     from gradjit.runtime import fast_backward as fb
     x, w, b = (gj.tensor(rng.normal(size=(4,)), requires_grad=i > 0) for i in range(3))
     for form in ("lead", "direct", "executable"):
-        fb._FAST.clear()
-        fb._LAST[0] = None
+        fb.forget()
         for step in range(3):
             w.grad = b.grad = None
             _loss(x, w, b).backward()

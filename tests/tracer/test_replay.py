@@ -1,0 +1,252 @@
+"""Replaying the last step (tracer/replay.py).
+
+After a step's backward ran on the fast path, the next step of the same structure is
+recorded against it. Each case runs a few steps so the expectation exists, then a step
+that differs somewhere (op, attributes, wiring, leaf type or order, length, hooks,
+requires_grad, switches) and checks: the gradients are NumPy's, and the tape holds
+exactly what recording the step from scratch gives (key parts, read flags, unread
+count, leaves, their first versions and types).
+"""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime import autograd as autograd_rt
+from gradjit.runtime import fast_backward as fb
+from gradjit.tracer import replay, tape
+
+
+@pytest.fixture(autouse=True)
+def fresh_tape():
+    tape.take([])
+    yield
+    tape.take([])
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Counts backward calls the fast path completed."""
+    n = [0]
+    run = autograd_rt.fast_backward
+
+    def counted(root):
+        out = run(root)
+        n[0] += out is True
+        return out
+    monkeypatch.setattr(autograd_rt, "fast_backward", counted)
+    return n
+
+
+def _setup(rng, n=5):
+    x = gj.tensor(rng.normal(size=(n, 3)))
+    w = gj.tensor(rng.normal(size=(3,)), requires_grad=True)
+    b = gj.tensor(rng.normal(size=()), requires_grad=True)
+    return x, w, b
+
+
+def _loss(x, w, b):
+    return (np.tanh(x * w + b) ** 2).sum()
+
+
+def _ref(x, w, b, p=2):
+    t = np.tanh(x.data * w.data + b.data)
+    d = p * t ** (p - 1) * (1 - t * t)
+    return (d * x.data).sum(0), d.sum()
+
+
+def _state():
+    """What the tape holds (its leaves by identity, but for constants made by the step)."""
+    tp = tape.current()
+    if tp.exp is not None:   # still replaying: what the tape holds once it stops
+        replay.resume(tp)
+    leaves = [r() for r in tp.leaves]
+    return (list(tp.parts), list(tp.fed), tp.open,
+            [id(t) if t.requires_grad else None for t in leaves], list(tp.first),
+            list(tp.types), tp.broken)
+
+
+def _warm(x, w, b, loss=_loss, steps=3):
+    for _ in range(steps):
+        w.grad = b.grad = None
+        loss(x, w, b).backward()
+    assert tape.current().exp is not None   # the next step replays
+
+
+def _compare(forward, warm):
+    """The tape after ``forward()`` recorded against an expectation (``warm()`` made it)
+    and recorded from scratch; returns the first run's output."""
+    warm()
+    out = forward()
+    replayed = _state()
+    tape.take([])
+    assert tape.current().exp is None
+    again = forward()
+    assert _state() == replayed
+    del again
+    return out
+
+
+def test_a_replayed_step_records_what_recording_does(rng, fast):
+    x, w, b = _setup(rng)
+    _warm(x, w, b)
+    before = fast[0]
+    for _ in range(3):
+        w.grad = b.grad = None
+        loss = _loss(x, w, b)
+        tp = tape.current()
+        assert tp.exp is not None and tp.parts == [] and len(tp.fns) == 5
+        loss.backward()
+        gw, gb = _ref(x, w, b)
+        np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+        np.testing.assert_allclose(b.grad.data, gb, rtol=1e-12)
+    assert fast[0] == before + 3
+    # a whole replayed step, its tape resumed, is the recorded one
+    _compare(lambda: _loss(x, w, b), lambda: _warm(x, w, b))
+
+
+@pytest.mark.parametrize("variant", [
+    "other_reduction", "pow_float", "pow_three", "leaf_order", "new_leaf_shape", "extra_op",
+    "other_wiring", "non_tensor"])
+def test_a_step_that_differs_leaves_replay_and_is_right(rng, fast, variant):
+    x, w, b = _setup(rng)
+    x7 = gj.tensor(rng.normal(size=(7, 3)))
+    forward, check = {
+        "other_reduction": (lambda: (np.tanh(x * w + b) ** 2).mean(),
+                            lambda: [g / x.data.size for g in _ref(x, w, b)]),
+        "pow_float": (lambda: (np.tanh(x * w + b) ** 2.0).sum(), lambda: _ref(x, w, b)),
+        "pow_three": (lambda: (np.tanh(x * w + b) ** 3).sum(), lambda: _ref(x, w, b, 3)),
+        "leaf_order": (lambda: (np.tanh(w * x + b) ** 2).sum(), lambda: _ref(x, w, b)),
+        "new_leaf_shape": (lambda: _loss(x7, w, b), lambda: _ref(x7, w, b)),
+        "extra_op": (lambda: _loss(x, w, b) * 3.0, lambda: [3 * g for g in _ref(x, w, b)]),
+        "other_wiring": (lambda: (np.tanh(x * w + b) * np.tanh(x * w + b)).sum(),
+                         lambda: _ref(x, w, b)),
+        "non_tensor": (lambda: (np.tanh(x * w + b) ** 2).sum(), lambda: _ref(x, w, b)),
+    }[variant]
+    if variant == "non_tensor":   # a NumPy array where the expectation has a leaf
+        xs = x.data
+        forward = (lambda: (np.tanh(w * xs + b) ** 2).sum())
+    loss = _compare(forward, lambda: _warm(x, w, b))
+    w.grad = b.grad = None
+    loss.backward()
+    gw, gb = check()
+    np.testing.assert_allclose(w.grad.data, gw, rtol=1e-11)
+    np.testing.assert_allclose(b.grad.data, gb, rtol=1e-11)
+
+
+def test_attributes_match_exactly(fast):
+    """x * 0.0 and x * -0.0 are different steps (so are 2 and 2.0: see pow_float)."""
+    w = gj.tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def step(c):
+        w.grad = None
+        (w * c).sum().backward()
+    out = _compare(lambda: (w * -0.0).sum(), lambda: [step(0.0) for _ in range(3)])
+    w.grad = None
+    out.backward()
+    assert np.signbit(w.grad.data).all()
+    step(0.0)
+    assert not np.signbit(w.grad.data).any()
+
+
+def test_same_typed_leaves_by_first_use(rng, fast):
+    """Leaves are slotted by first use: (c * a) replays (a * c); (a * a) does not."""
+    a, c = (gj.tensor(rng.normal(size=(3,)), requires_grad=True) for _ in range(2))
+
+    def step(u, v):
+        a.grad = c.grad = None
+        (u * v).sum().backward()
+    for _ in range(3):
+        step(a, c)
+    n = fast[0]
+    step(c, a)
+    assert fast[0] == n + 1
+    np.testing.assert_allclose(a.grad.data, c.data, rtol=1e-15)
+    np.testing.assert_allclose(c.grad.data, a.data, rtol=1e-15)
+    step(a, a)
+    np.testing.assert_allclose(a.grad.data, 2 * a.data, rtol=1e-15)
+    assert c.grad is None
+    _compare(lambda: (a * a).sum(), lambda: [step(a, c) for _ in range(3)])
+
+
+def test_a_prefix_of_the_step_takes_the_general_path(rng, fast):
+    x, w, b = _setup(rng)
+
+    def loss(x, w, b):
+        return (x * w + b).sum() * 2.0
+    short = _compare(lambda: (x * w + b).sum(), lambda: _warm(x, w, b, loss))
+    w.grad = b.grad = None
+    short.backward()
+    np.testing.assert_allclose(w.grad.data, x.data.sum(0), rtol=1e-13)
+    np.testing.assert_allclose(b.grad.data, x.data.size, rtol=1e-13)
+
+
+def test_alternating_structures(rng, fast):
+    x, w, b = _setup(rng)
+
+    def other(x, w, b):
+        return (x * w + b).sum()
+    for step in range(8):
+        w.grad = b.grad = None
+        (_loss if step % 2 else other)(x, w, b).backward()
+        gw, gb = _ref(x, w, b) if step % 2 else (x.data.sum(0), x.data.size)
+        np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+        np.testing.assert_allclose(b.grad.data, gb, rtol=1e-12)
+    assert fast[0] >= 4
+
+
+def test_hooks_retain_grad_and_requires_grad_in_a_replayed_step(rng, fast):
+    x, w, b = _setup(rng)
+    _warm(x, w, b)
+    seen = []
+    w.grad = b.grad = None
+    h = np.tanh(x * w + b)
+    h.register_hook(lambda g: seen.append(g.data.copy()))
+    h.retain_grad()
+    (h ** 2).sum().backward()
+    t = np.tanh(x.data * w.data + b.data)
+    np.testing.assert_allclose(seen[0], 2 * t, rtol=1e-13)
+    np.testing.assert_allclose(h.grad.data, 2 * t, rtol=1e-13)
+    _warm(x, w, b)
+    b.requires_grad_(False)
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[0], rtol=1e-12)
+    assert b.grad is None
+
+
+def test_an_in_place_write_during_a_replayed_step_is_refused(rng):
+    x, w, b = _setup(rng)
+    _warm(x, w, b)
+    loss = _loss(x, w, b)
+    with gj.no_grad():
+        x.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_no_grad_and_a_changed_switch(rng, fast, monkeypatch):
+    x, w, b = _setup(rng)
+    _warm(x, w, b)
+    with gj.no_grad():
+        y = _loss(x, w, b)
+    assert y.grad_fn is None and y.data == pytest.approx(np.tanh(x.data * w.data + b.data)
+                                                          .__pow__(2).sum())
+    _warm(x, w, b)
+    monkeypatch.setenv("GRADJIT_FAST_MATH", "0")
+    n = fast[0]
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()   # another plan key: the general path
+    assert fast[0] == n
+    gw, gb = _ref(x, w, b)
+    np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+
+
+def test_forgotten_plans_are_not_replayed(rng, fast):
+    x, w, b = _setup(rng)
+    _warm(x, w, b)
+    fb.forget()
+    n = fast[0]
+    w.grad = b.grad = None
+    _loss(x, w, b).backward()
+    assert fast[0] == n   # the expectation's plan is gone: the general path
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[0], rtol=1e-12)

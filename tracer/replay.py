@@ -1,0 +1,146 @@
+"""Replaying a recorded step: tensor mode's next step, checked against the last one.
+
+Contract
+- A training loop records the same step again and again. After a step's
+  backward ran on the fast path (runtime/fast_backward.py), its tape is
+  started over with that step as its expectation (``Tape.exp``, a
+  ``Replay``: per entry the op's name as the front end was called with it,
+  its attributes' exact key, its ``_SEEN`` result (tracer/tensor.py) and
+  the references of its inputs; the step's leaf types; its fast plan).
+- While the next step matches it op by op (``match``: same op name and
+  attributes, every input the Tensor at the same reference: output 0 of the
+  entry at the same position on this tape, or the leaf in the same slot,
+  a new leaf having the recorded type and requires_grad), a deferred op is
+  recorded without building its part of the structural key, without the
+  type lookup and without counting unread entries: all of it is the
+  expectation's, because the inputs' types and the wiring are. When the
+  whole step matched and its root is the last entry, ``backward()`` takes
+  the expectation's plan without building or comparing the key.
+- At the first difference (or anything that reads the tape's key, its
+  unread count or adds an entry another way) ``resume`` rebuilds the key
+  parts, the read flags and the unread count of the entries matched so far
+  from the expectation, and the tape goes on as if it had recorded them
+  itself. So a replayed step and a recorded one leave the same tape.
+- Why: recording is most of a small step's time (W1 in tensor mode: about
+  2.3 us per op, of which the type lookup and the key's parts are a third).
+"""
+from __future__ import annotations
+
+import weakref
+
+from numpy import ndarray
+
+from gradjit.tracer.gradfn import GradFn, _seq
+from gradjit.tracer.tape import PAUSE_AT, RESUME, _long, attrs_key
+
+SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result),
+#                      filled by tracer/tensor.py as it fills _SEEN
+Tensor = None        # set by tracer/tensor.py (imports run one way)
+_NEW = object.__new__
+
+
+class Replay:
+    __slots__ = ("entries", "n", "parts", "offsets", "types", "plan", "epoch", "switches")
+
+    def __init__(self, entries, parts, offsets, types, switches):
+        self.entries, self.n = entries, len(entries)
+        self.parts, self.offsets, self.types = parts, offsets, types
+        self.switches = switches
+        self.plan = None   # runtime/fast_backward.py's plan for this step, and the epoch
+        self.epoch = None  # of its plans it was made in
+
+
+def build(tp, fns, switches):
+    """The ``Replay`` of the step on tape ``tp`` (its nodes ``fns``, all alive), or None when
+    a node was not recorded as a deferred op or its op's lookup is gone."""
+    entries, offsets, parts, at = [], [], tp.parts, 0
+    for fn in fns:
+        seen = SEEN_BY_PIECE.get(fn._key) if fn._vbox is not None else None
+        if seen is None:
+            return None
+        offsets.append(at)
+        n_in = len(fn.edges)
+        refs = tuple(parts[at + 1:at + 1 + n_in])
+        if any(type(r) is not int for r in refs):   # (an output other than 0: not deferred)
+            return None
+        entries.append((seen[0], seen[1], seen[2], refs))
+        at += 1 + n_in
+    offsets.append(at)
+    return Replay(entries, tuple(parts), tuple(offsets), tuple(tp.types), switches)
+
+
+def resume(tp):
+    """Leave replay: the tape's key parts, read flags and unread count for the entries matched
+    so far, as recording them would have made them."""
+    ex = tp.exp
+    tp.exp = None
+    n = len(tp.fns)
+    tp.parts.extend(ex.parts[:ex.offsets[n]])
+    fed = [False] * n
+    for entry in ex.entries[:n]:
+        for r in entry[3]:
+            if r < 0:
+                fed[~r] = True
+    tp.fed.extend(fed)
+    tp.open = fed.count(False)
+
+
+def match(tp, op_name, attrs, inputs):
+    """Record ``op_name(*inputs, **attrs)`` as the expectation's next entry: (GradFn, type
+    token) when it matches, else None after ``resume`` (the caller records it the usual way).
+    Leaves met for the first time are given their slots as the usual way would."""
+    ex = tp.exp
+    n = len(tp.fns)
+    if n >= ex.n:
+        resume(tp)
+        return None
+    name, akey, hit, refs = ex.entries[n]
+    if (name is not op_name and name != op_name) or len(refs) != len(inputs) or (
+            (akey is not None or attrs) and (not attrs or akey != attrs_key(attrs))):
+        resume(tp)
+        return None
+    gen = tp.gen
+    edges, in_versions = [], []
+    for t, r in zip(inputs, refs):
+        if t.__class__ is not Tensor or t._inference:
+            resume(tp)
+            return None
+        src = t.grad_fn
+        if r < 0:   # output 0 of the entry at ~r
+            if src is None or src._tgen != gen or src._tpos != ~r or t._index:
+                resume(tp)
+                return None
+            edges.append((src, 0))
+            in_versions.append(None)
+            continue
+        d = t._data
+        if src is not None or d.__class__ is not ndarray:
+            resume(tp)
+            return None
+        slot = tp.slots.get(id(t))
+        v = t._box[0]
+        if slot is None:   # a leaf's first use: the recorded type, in the recorded order
+            ty = ex.types[r]
+            if (r != len(tp.leaves) or d.shape != ty[0] or d.dtype != ty[1]
+                    or t._requires_grad is not ty[2]):
+                resume(tp)
+                return None
+            tp.slots[id(t)] = r
+            tp.leaves.append(weakref.ref(t))
+            tp.first.append(v)
+            tp.types.append(ty)
+        elif slot != r:
+            resume(tp)
+            return None
+        edges.append(t)
+        in_versions.append(v)
+    op, attrs, out_types, piece, ty = hit
+    fn = _NEW(GradFn)
+    fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (
+        op.name, attrs, edges, in_versions, out_types, piece)
+    fn.out_data, fn.seq, fn.freed = None, next(_seq), False
+    fn._versions, fn._tgen, fn._tpos = None, gen, n
+    tp.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
+    return fn, ty
+
+RESUME[0] = resume
