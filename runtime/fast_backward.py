@@ -31,7 +31,10 @@ from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
-from gradjit.tracer.tensor import plain_tensor
+from gradjit.tracer.modes import _state as _MODES
+from gradjit.tracer.tensor import Tensor, plain_tensor
+
+_NEW = object.__new__
 
 _FAST = {}   # key -> (Executable, feeds, direct arguments or None, _lead's or None,
 #             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
@@ -80,18 +83,6 @@ def _leaves(tp):
             return None
         leaves.append(t)
     return leaves
-
-
-def _replayed(tp, root):
-    """When the step on ``tp`` replayed its expectation (tracer/replay.py) whole, with
-    ``root`` its last entry's output and nothing special: (the expectation's plan, the
-    leaves); else None."""
-    ex, fn = tp.exp, root.grad_fn
-    if (len(tp.fns) != ex.n or fn._tgen != tp.gen or fn._tpos != ex.n - 1 or root._index
-            or tp.special or tp.broken or ex.epoch != _EPOCH[0] or _switches() != ex.switches):
-        return None
-    leaves = _leaves(tp)
-    return None if leaves is None else (ex.plan, leaves)
 
 
 def _lookup(k):
@@ -185,11 +176,13 @@ def fast_backward(root):
     if _ANOMALY["enabled"]:
         return None
     tp = tape._local.tape or tape.current()
-    got = _replayed(tp, root) if tp.exp is not None else None
-    if got is not None:
-        hit, leaves = got
-        ex = tp.exp
-    else:
+    ex, fn, leaves = tp.exp, root.grad_fn, None
+    if (ex is not None and len(tp.nodes) == ex.n and fn._tgen == tp.gen and fn._tpos == ex.n - 1
+            and not root._index and not tp.special and ex.epoch == _EPOCH[0]
+            and _switches() == ex.switches):   # replayed whole (tracer/replay.py): its plan
+        leaves = _leaves(tp)
+        hit, nodes = ex.plan, tp.nodes
+    if leaves is None:
         k, leaves = _key(tp, root)
         if k is None:
             return None
@@ -197,22 +190,27 @@ def fast_backward(root):
         if hit is None:
             return k
         ex = hit[8][0]
-    fns, live = [], 0   # (all alive: every entry feeds the root's)
-    for r in tp.fns:
-        f = r()
-        fns.append(f)
-        if f._vbox is not None and getrefcount(f._vbox) > 2:   # (GradFn.held, written out)
+        nodes = [r() for r in tp.fns]
+    # Which of the step's tensors does the caller still hold (GradFn.held, written out)?
+    # The root, and usually no other: then only the root's node and nodes whose values
+    # were computed on the way are freed; no one can reach the others (they die with the
+    # root's node; a walk from the root stops at its freed node).
+    live, spent = 0, []   # (all alive: every entry feeds the root's)
+    for f in nodes:
+        if f._vbox is not None and getrefcount(f._vbox) > 2:
             live += 1
+        elif f.out_data is not None:
+            spent.append(f)
+    fns = None
     if live > 1:   # tensors of this step the caller holds get their recorded values
+        fns = list(nodes)
         compute_pending([f for f in fns[:-1] if f.held()])
     if ex is None:   # the next step of this structure replays this one's record
-        ex = hit[8][0] = replay.build(tp, fns, k[2]) or False
+        ex = hit[8][0] = replay.build(tp, nodes, k[2]) or False
         if ex:
             ex.plan, ex.epoch = hit, _EPOCH[0]
     exe, feeds, direct, lead, targets, plain, shape, dtype, _ = hit
-    tp.restart()   # taken: the next step records afresh
-    if ex:
-        tp.exp = ex
+    tp.restart(ex or None)   # taken: the next step records afresh, expecting this one
     res = None
     try:   # scalars stay as Numba returns them: made arrays below
         if lead is not None:
@@ -227,18 +225,24 @@ def fast_backward(root):
     if value.__class__ is not np.ndarray or value.dtype != dtype:
         value = np.array(value, dtype)   # (a 0-d result is a scalar; faster than asarray)
     root._data = value if value.shape == shape else value.reshape(shape)
-    if live > 1:   # (their Tensors read the values kept: GradFn.release)
+    if fns is not None:   # (their Tensors read the values kept: GradFn.release)
         for f in fns:
             f.release()
     else:
-        for f in fns:
+        fn.out_data, fn.freed = None, True
+        for f in spent:
             f.out_data, f.freed = None, True
     i = 0
-    if plain is not None:   # the usual case: each gradient as it comes
+    if plain is not None:   # the usual case: each gradient as it comes (plain_tensor,
+        inference = _MODES.inference   # written out: a call less per gradient)
         for slot in plain:
             i += 1
             t = leaves[slot]
-            t.grad = plain_tensor(res[i] if t.grad is None else t.grad.data + res[i])
+            g = _NEW(Tensor)
+            g._data = res[i] if t.grad is None else t.grad.data + res[i]
+            g.grad, g.grad_fn, g._index, g._requires_grad, g._hooks, g._box, g._inference, \
+                g._ty = None, None, 0, False, None, [0], inference, None
+            t.grad = g
     else:
         for slot, shared, dt in targets:
             i += 1

@@ -27,10 +27,12 @@ Contract
 from __future__ import annotations
 
 import weakref
+from sys import _getframe
 
 from numpy import ndarray
 
 from gradjit.tracer.gradfn import GradFn, _seq
+from gradjit.tracer.registry import LAST_USER_CODE, is_user_code, user_where
 from gradjit.tracer.tape import PAUSE_AT, RESUME, _long, attrs_key
 
 SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result),
@@ -74,7 +76,12 @@ def resume(tp):
     so far, as recording them would have made them."""
     ex = tp.exp
     tp.exp = None
-    n = len(tp.fns)
+    fns = tp.fns   # (empty while replaying)
+    for i, f in enumerate(tp.nodes):
+        fns.append(weakref.ref(f) if i != PAUSE_AT else tp.long_ref)
+    tp.nodes.clear()
+    tp.long_ref = None
+    n = len(fns)
     tp.parts.extend(ex.parts[:ex.offsets[n]])
     fed = [False] * n
     for entry in ex.entries[:n]:
@@ -90,7 +97,7 @@ def match(tp, op_name, attrs, inputs):
     token) when it matches, else None after ``resume`` (the caller records it the usual way).
     Leaves met for the first time are given their slots as the usual way would."""
     ex = tp.exp
-    n = len(tp.fns)
+    n = len(tp.nodes)
     if n >= ex.n:
         resume(tp)
         return None
@@ -102,19 +109,21 @@ def match(tp, op_name, attrs, inputs):
     gen = tp.gen
     edges, in_versions = [], []
     for t, r in zip(inputs, refs):
-        if t.__class__ is not Tensor or t._inference:
-            resume(tp)
-            return None
-        src = t.grad_fn
-        if r < 0:   # output 0 of the entry at ~r
-            if src is None or src._tgen != gen or src._tpos != ~r or t._index:
+        if r < 0:   # output 0 of the entry at ~r: a pending Tensor of this tape (nothing
+            try:    # else holds its node, and none is an inference tensor)
+                src = t.grad_fn
+                if src._tgen != gen or src._tpos != ~r:
+                    src = None
+            except AttributeError:   # not a Tensor, or a leaf (grad_fn None)
+                src = None
+            if src is None:
                 resume(tp)
                 return None
             edges.append((src, 0))
             in_versions.append(None)
             continue
-        d = t._data
-        if src is not None or d.__class__ is not ndarray:
+        if t.__class__ is not Tensor or t._inference or t.grad_fn is not None or (
+                (d := t._data).__class__ is not ndarray):
             resume(tp)
             return None
         slot = tp.slots.get(id(t))
@@ -140,7 +149,24 @@ def match(tp, op_name, attrs, inputs):
         op.name, attrs, edges, in_versions, out_types, piece)
     fn.out_data, fn.seq, fn.freed = None, next(_seq), False
     fn._versions, fn._tgen, fn._tpos = None, gen, n
-    tp.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
-    return fn, ty
+    tp.nodes.append(fn)   # (held until replay stops or the step is taken: all of them feed
+    if n == PAUSE_AT:     # the last one, so the graph holds them anyway)
+        tp.long_ref = _long(fn)
+    # The user's line (GradFn.site), as tracer/tensor.py's _apply takes it: from the frame
+    # of _apply's caller's caller, three above this one.
+    try:
+        f = _getframe(3)
+        code = f.f_code
+        if code is LAST_USER_CODE[0] or is_user_code(code):
+            fn._site, fn._lasti = code, f.f_lasti
+        else:
+            fn._site = user_where(4)
+    except ValueError:   # no Python caller there (an op called from C)
+        fn._site = None
+    t = _NEW(Tensor)
+    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
+    t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
+    fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
+    return t
 
 RESUME[0] = resume

@@ -26,7 +26,12 @@ Contract
   made by a node from before the last take or by a node not on the tape
   (custom Functions, device copies), or more than ``LIMIT`` entries (after
   ``trim`` dropped the entries no live node can reach).
-- The tape holds weak references only: it never keeps a graph or a leaf alive.
+- The tape holds weak references only: it never keeps a graph or a leaf alive;
+  but while it replays the last step (tracer/replay.py) it holds the nodes that
+  matched (``nodes``) until the step is taken or replay stops (at the first
+  difference, or the next step's first op): every one of them feeds the last,
+  so the graph holds them anyway until then, and an abandoned step is kept
+  until the next op at most.
 - Deferred nodes (tracer/deferred.py) are made here (``push``: node and entry
   in one pass over the inputs, read as Tensors) and stay pending only while
   they are on the current tape: ``add`` returns False when it did not take a
@@ -157,7 +162,8 @@ def fn_key(fn):
 
 class Tape:
     __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "types",
-                 "broken", "special", "trim_at", "held", "exp", "__weakref__")
+                 "broken", "special", "trim_at", "held", "exp", "nodes", "long_ref",
+                 "__weakref__")
 
     def __init__(self):
         self.gen = next(_gens)
@@ -171,14 +177,17 @@ class Tape:
         self.broken = False
         self.special = False     # a node here has hooks or retain_grad (mark_special)
         self.trim_at = TRIM_MIN
-        self.exp = None          # the step expected next (tracer/replay.py), while it matches
+        self.exp = None          # the step expected next (tracer/replay.py), while it matches,
+        self.nodes = []          # and the nodes that matched it (strong references, until it
+        self.long_ref = None     # stops: replay.resume), entry PAUSE_AT's _long reference
         with _TAPES_LOCK:   # (two threads making tapes at once must both be listed)
             _TAPES[:] = [r for r in _TAPES if r() is not None] + [weakref.ref(self)]
 
-    def restart(self):
+    def restart(self, exp=None):
         """Start over as a new tape would (a new generation, nothing recorded), reusing
         this one's lists: the fast backward path (runtime/fast_backward.py) takes the
-        tape after every step, and a new Tape is nine objects to make and free."""
+        tape after every step, and a new Tape is nine objects to make and free. ``exp``:
+        the step expected next (tracer/replay.py), or None."""
         self.gen = next(_gens)
         self.fns.clear()   # (written out: a loop over them costs half as much again)
         self.parts.clear()
@@ -193,7 +202,9 @@ class Tape:
         self.open = 0
         self.broken = self.special = False
         self.trim_at = TRIM_MIN
-        self.exp = None
+        self.exp = exp
+        self.nodes.clear()
+        self.long_ref = None
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
@@ -336,8 +347,9 @@ class Tape:
     def clear(self):
         """Broken until the next take; drop what was recorded (computing its deferred
         nodes first: a pending node must always be on the current tape). Returns False."""
+        if self.exp is not None:
+            RESUME[0](self)
         self.broken = True
-        self.exp = None
         resume()
         self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves = [], [], [], {}, []
@@ -346,6 +358,8 @@ class Tape:
 
     def flush(self):
         """Compute every deferred node recorded here (tracer/deferred.py)."""
+        if self.exp is not None:
+            RESUME[0](self)
         if self.fns and FLUSH:
             FLUSH[0]([r() for r in self.fns])
 
