@@ -250,3 +250,35 @@ def test_forgotten_plans_are_not_replayed(rng, fast):
     _loss(x, w, b).backward()
     assert fast[0] == n   # the expectation's plan is gone: the general path
     np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[0], rtol=1e-12)
+
+
+def test_an_abandoned_replayed_step_is_freed_by_the_next_op(rng):
+    """The matched nodes are held while replaying: a step dropped without backward lives
+    until the next op stops the replay, then goes (and a long step's collector pause with
+    it)."""
+    import gc
+    import weakref
+    from gradjit.tracer.tape import PAUSE_AT, PAUSED_THRESHOLD
+    w = gj.tensor(rng.normal(size=(4, 4)) * 0.3, requires_grad=True)
+    xs = [gj.tensor(rng.normal(size=(1, 4))) for _ in range(PAUSE_AT // 2 + 2)]
+
+    def step():
+        h = xs[0]
+        for x in xs:   # two ops a step: past entry PAUSE_AT
+            h = np.tanh(x + h @ w)
+        return (h * h).sum()
+    old = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        for _ in range(3):
+            w.grad = None
+            step().backward()
+        assert tape.current().exp is not None
+        loss = step()
+        node = weakref.ref(loss.grad_fn)
+        del loss
+        assert node() is not None and gc.get_threshold()[0] == PAUSED_THRESHOLD
+        (xs[0] * 2.0).sum()   # the next op: not the expected one
+        assert node() is None and gc.get_threshold()[0] == 700
+    finally:
+        gc.set_threshold(*old)
