@@ -176,11 +176,16 @@ def fast_backward(root):
     if _ANOMALY["enabled"]:
         return None
     tp = tape._local.tape or tape.current()
-    ex, fn, leaves = tp.exp, root.grad_fn, None
+    ex, fn, leaves, args = tp.exp, root.grad_fn, None, None
     if (ex is not None and len(tp.nodes) == ex.n and fn._tgen == tp.gen and fn._tpos == ex.n - 1
             and not root._index and not tp.special and ex.epoch == _EPOCH[0]
             and _switches() == ex.switches):   # replayed whole (tracer/replay.py): its plan
-        leaves = _leaves(tp)
+        leaves, args = tp.leaves, []   # (Tensors while replaying; checked as in _leaves)
+        for t, v in zip(leaves, tp.first):
+            if t._hooks or t._box[0] != v:
+                leaves = args = None
+                break
+            args.append(t._data)
         hit, nodes = ex.plan, tp.nodes
     if leaves is None:
         k, leaves = _key(tp, root)
@@ -214,7 +219,7 @@ def fast_backward(root):
     res = None
     try:   # scalars stay as Numba returns them: made arrays below
         if lead is not None:
-            res = exe.fn(*map(_DATA, leaves), *lead)
+            res = exe.fn(*(args if args is not None else map(_DATA, leaves)), *lead)
         elif direct is not None:
             res = exe.fn(*[leaves[s]._data if s >= 0 else v for s, v in direct], exe.consts)
     except (TypeError, IndexError):   # other layouts: Executable.__call__ coerces

@@ -81,6 +81,8 @@ def resume(tp):
         fns.append(weakref.ref(f) if i != PAUSE_AT else tp.long_ref)
     tp.nodes.clear()
     tp.long_ref = None
+    tp.leaves[:] = [weakref.ref(t) for t in tp.leaves]
+    tp.types.extend(ex.types[:len(tp.leaves)])   # (each checked at its first use)
     n = len(fns)
     tp.parts.extend(ex.parts[:ex.offsets[n]])
     fed = [False] * n
@@ -129,15 +131,14 @@ def match(tp, op_name, attrs, inputs):
         slot = tp.slots.get(id(t))
         v = t._box[0]
         if slot is None:   # a leaf's first use: the recorded type, in the recorded order
-            ty = ex.types[r]
-            if (r != len(tp.leaves) or d.shape != ty[0] or d.dtype != ty[1]
-                    or t._requires_grad is not ty[2]):
+            lt = ex.types[r]
+            if (r != len(tp.leaves) or d.shape != lt[0] or d.dtype != lt[1]
+                    or t._requires_grad is not lt[2]):
                 resume(tp)
                 return None
             tp.slots[id(t)] = r
-            tp.leaves.append(weakref.ref(t))
+            tp.leaves.append(t)   # (weak references and types once replay stops: resume)
             tp.first.append(v)
-            tp.types.append(ty)
         elif slot != r:
             resume(tp)
             return None

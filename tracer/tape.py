@@ -28,10 +28,10 @@ Contract
   ``trim`` dropped the entries no live node can reach).
 - The tape holds weak references only: it never keeps a graph or a leaf alive;
   but while it replays the last step (tracer/replay.py) it holds the nodes that
-  matched (``nodes``) until the step is taken or replay stops (at the first
-  difference, or the next step's first op): every one of them feeds the last,
-  so the graph holds them anyway until then, and an abandoned step is kept
-  until the next op at most.
+  matched (``nodes``) and their leaves (``leaves``: Tensors then) until the
+  step is taken or replay stops (at the first difference, or the next step's
+  first op): every one of them feeds the last node, so the graph holds them
+  anyway until then, and an abandoned step is kept until the next op at most.
 - Deferred nodes (tracer/deferred.py) are made here (``push``: node and entry
   in one pass over the inputs, read as Tensors) and stay pending only while
   they are on the current tape: ``add`` returns False when it did not take a
@@ -195,10 +195,13 @@ class Tape:
         self.slots.clear()
         self.first.clear()
         self.types.clear()
-        # the leaves' weak references stay alive one more step: a step that uses the
-        # same leaves again gets them back from weakref.ref instead of new ones
-        self.leaves, self.held = self.held, self.leaves
-        self.leaves.clear()
+        if self.exp is not None:   # replayed: the leaves are Tensors (tracer/replay.py),
+            self.leaves = []       # and the list is the caller's now
+        else:
+            # the leaves' weak references stay alive one more step: a step that uses the
+            # same leaves again gets them back from weakref.ref instead of new ones
+            self.leaves, self.held = self.held, self.leaves
+            self.leaves.clear()
         self.open = 0
         self.broken = self.special = False
         self.trim_at = TRIM_MIN
