@@ -35,8 +35,9 @@ from gradjit.tracer.gradfn import GradFn, _seq
 from gradjit.tracer.registry import LAST_USER_CODE, is_user_code, user_where
 from gradjit.tracer.tape import PAUSE_AT, RESUME, _long, attrs_key
 
-SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result),
-#                      filled by tracer/tensor.py as it fills _SEEN
+SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result,
+#                      the one attribute as (name, value) or None), filled by ``remember``
+_MISSING = object()
 Tensor = None        # set by tracer/tensor.py (imports run one way)
 _NEW = object.__new__
 
@@ -52,6 +53,12 @@ class Replay:
         self.epoch = None  # of its plans it was made in
 
 
+def remember(op_name, attrs, hit):
+    """tracer/tensor.py's ``_SEEN`` got ``hit`` for ``op_name`` called with ``attrs``."""
+    SEEN_BY_PIECE[hit[3]] = (op_name, attrs_key(attrs) if attrs else None, hit,
+                             next(iter(attrs.items())) if len(attrs) == 1 else None)
+
+
 def build(tp, fns, switches):
     """The ``Replay`` of the step on tape ``tp`` (its nodes ``fns``, all alive), or None when
     a node was not recorded as a deferred op or its op's lookup is gone."""
@@ -65,7 +72,7 @@ def build(tp, fns, switches):
         refs = tuple(parts[at + 1:at + 1 + n_in])
         if any(type(r) is not int for r in refs):   # (an output other than 0: not deferred)
             return None
-        entries.append((seen[0], seen[1], seen[2], refs))
+        entries.append((seen[0], seen[1], seen[2], refs, seen[3]))
         at += 1 + n_in
     offsets.append(at)
     return Replay(entries, tuple(parts), tuple(offsets), tuple(tp.types), switches)
@@ -103,11 +110,16 @@ def match(tp, op_name, attrs, inputs):
     if n >= ex.n:
         resume(tp)
         return None
-    name, akey, hit, refs = ex.entries[n]
-    if (name is not op_name and name != op_name) or len(refs) != len(inputs) or (
-            (akey is not None or attrs) and (not attrs or akey != attrs_key(attrs))):
+    name, akey, hit, refs, one = ex.entries[n]
+    if (name is not op_name and name != op_name) or len(refs) != len(inputs):
         resume(tp)
         return None
+    if akey is not None or attrs:   # exactly the attributes recorded (tape.attrs_key), or
+        if not attrs or akey is None or (   # the very objects (a literal, a variable)
+                (one is None or len(attrs) != 1 or attrs.get(one[0], _MISSING) is not one[1])
+                and akey != attrs_key(attrs)):
+            resume(tp)
+            return None
     gen = tp.gen
     edges, in_versions = [], []
     for t, r in zip(inputs, refs):
@@ -132,8 +144,8 @@ def match(tp, op_name, attrs, inputs):
         v = t._box[0]
         if slot is None:   # a leaf's first use: the recorded type, in the recorded order
             lt = ex.types[r]
-            if (r != len(tp.leaves) or d.shape != lt[0] or d.dtype != lt[1]
-                    or t._requires_grad is not lt[2]):
+            if (r != len(tp.leaves) or d.shape != lt[0] or t._requires_grad is not lt[2]
+                    or (d.dtype is not lt[1] and d.dtype != lt[1])):
                 resume(tp)
                 return None
             tp.slots[id(t)] = r

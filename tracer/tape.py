@@ -189,25 +189,26 @@ class Tape:
         tape after every step, and a new Tape is nine objects to make and free. ``exp``:
         the step expected next (tracer/replay.py), or None."""
         self.gen = next(_gens)
-        self.fns.clear()   # (written out: a loop over them costs half as much again)
-        self.parts.clear()
-        self.fed.clear()
         self.slots.clear()
         self.first.clear()
-        self.types.clear()
-        if self.exp is not None:   # replayed: the leaves are Tensors (tracer/replay.py),
-            self.leaves = []       # and the list is the caller's now
+        if self.exp is not None:   # replayed (tracer/replay.py): the key's lists stayed
+            self.leaves = []       # empty, the leaves are Tensors (the list is the
+            self.nodes.clear()     # caller's now), and nothing broke it
+            self.long_ref = None
         else:
+            self.fns.clear()   # (written out: a loop over them costs half as much again)
+            self.parts.clear()
+            self.fed.clear()
+            self.types.clear()
             # the leaves' weak references stay alive one more step: a step that uses the
             # same leaves again gets them back from weakref.ref instead of new ones
             self.leaves, self.held = self.held, self.leaves
             self.leaves.clear()
-        self.open = 0
-        self.broken = self.special = False
-        self.trim_at = TRIM_MIN
+            self.open = 0
+            self.broken = False
+            self.trim_at = TRIM_MIN
+        self.special = False
         self.exp = exp
-        self.nodes.clear()
-        self.long_ref = None
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""

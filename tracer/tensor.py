@@ -257,8 +257,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                                   for t in inputs], bound)
             hit = _SEEN[key] = _seen(op, bound, out_types, len(inputs),
                                      _deferrable(op, out_types))
-            _replay.SEEN_BY_PIECE[hit[3]] = (op_name, tape.attrs_key(attrs) if attrs else None,
-                                             hit)
+            _replay.remember(op_name, attrs, hit)
         op, attrs, out_types, piece, ty = hit
         if ty and _DEFER[0] and _modes.enabled:
             fn = (tp or tape.current()).push(
