@@ -21,3 +21,28 @@ def interpreted(monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def fresh_tape():
+    """This thread's recording tape started over before and after the test (nothing an
+    earlier test recorded or replays carries over)."""
+    from gradjit.tracer import tape
+    tape.take([])
+    yield
+    tape.take([])
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Counts backward calls the fast path (runtime/fast_backward.py) completed."""
+    from gradjit.runtime import autograd as autograd_rt
+    n = [0]
+    run = autograd_rt.fast_backward
+
+    def counted(root):
+        out = run(root)
+        n[0] += out is True
+        return out
+    monkeypatch.setattr(autograd_rt, "fast_backward", counted)
+    return n

@@ -27,12 +27,10 @@ Contract
 from __future__ import annotations
 
 import weakref
-from sys import _getframe
 
 from numpy import ndarray
 
 from gradjit.tracer.gradfn import GradFn, _seq
-from gradjit.tracer.registry import LAST_USER_CODE, is_user_code, user_where
 from gradjit.tracer.tape import PAUSE_AT, RESUME, _long, attrs_key
 
 SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result,
@@ -102,9 +100,10 @@ def resume(tp):
 
 
 def match(tp, op_name, attrs, inputs):
-    """Record ``op_name(*inputs, **attrs)`` as the expectation's next entry: (GradFn, type
-    token) when it matches, else None after ``resume`` (the caller records it the usual way).
-    Leaves met for the first time are given their slots as the usual way would."""
+    """Record ``op_name(*inputs, **attrs)`` as the expectation's next entry (its node is then
+    ``tp.nodes[-1]``): the type token of its output when it matches, else None after
+    ``resume`` (the caller records it the usual way). Leaves met for the first time are
+    given their slots as the usual way would."""
     ex = tp.exp
     n = len(tp.nodes)
     if n >= ex.n:
@@ -165,21 +164,7 @@ def match(tp, op_name, attrs, inputs):
     tp.nodes.append(fn)   # (held until replay stops or the step is taken: all of them feed
     if n == PAUSE_AT:     # the last one, so the graph holds them anyway)
         tp.long_ref = _long(fn)
-    # The user's line (GradFn.site), as tracer/tensor.py's _apply takes it: from the frame
-    # of _apply's caller's caller, three above this one.
-    try:
-        f = _getframe(3)
-        code = f.f_code
-        if code is LAST_USER_CODE[0] or is_user_code(code):
-            fn._site, fn._lasti = code, f.f_lasti
-        else:
-            fn._site = user_where(4)
-    except ValueError:   # no Python caller there (an op called from C)
-        fn._site = None
-    t = _NEW(Tensor)
-    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
-    t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
-    fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
-    return t
+    return ty   # (the caller makes the node's Tensor, as for a node recorded the usual way)
+
 
 RESUME[0] = resume

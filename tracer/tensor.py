@@ -215,73 +215,80 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         # collide) and the attributes. A step like the last one replays its record instead
         # (tracer/replay.py: no type lookup, no key to build).
         tp = _tape_local.tape
-        if tp is not None and tp.exp is not None and _modes.enabled and _DEFER[0]:
-            t = _match(tp, op_name, attrs, inputs)
-            if t is not None:
-                return t
-        key = [op_name]
-        pending = False
-        for x in inputs:
-            if x.__class__ is not Tensor:
+        if (tp is not None and tp.exp is not None and _modes.enabled and _DEFER[0]
+                and (ty := _match(tp, op_name, attrs, inputs))):
+            fn = tp.nodes[-1]   # recorded as the last step's entry
+        else:
+            key = [op_name]
+            pending = False
+            for x in inputs:
+                if x.__class__ is not Tensor:
+                    return cls._finish(*_compute(op_name, inputs, attrs))
+                d = x._data
+                if d is None:   # deferred: its type is recorded
+                    key.append(x._ty)
+                    pending = True
+                elif d.__class__ is not np.ndarray:
+                    return cls._finish(*_compute(op_name, inputs, attrs))
+                else:
+                    key += (d.shape, d.dtype)
+            if attrs:
+                key += tape.attrs_key(attrs)
+            key = tuple(key)
+            try:
+                hit = _SEEN.get(key)
+            except TypeError:            # an unhashable attribute
                 return cls._finish(*_compute(op_name, inputs, attrs))
-            d = x._data
-            if d is None:   # deferred: its type is recorded
-                key.append(x._ty)
-                pending = True
-            elif d.__class__ is not np.ndarray:
-                return cls._finish(*_compute(op_name, inputs, attrs))
-            else:
-                key += (d.shape, d.dtype)
-        if attrs:
-            key += tape.attrs_key(attrs)
-        key = tuple(key)
+            if hit is None:
+                if len(_SEEN) >= 8192:
+                    _SEEN.clear()
+                    _replay.SEEN_BY_PIECE.clear()
+                op = get_op(op_name)
+                if op.kind not in _DEFER_KINDS or not _DEFER[0]:
+                    done = _compute(op_name, inputs, attrs)
+                    _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
+                                       _deferrable(op, done[5]))
+                    return cls._finish(*done)
+                # Deferrable: only the types are needed now (their inference reads no
+                # values, so pending inputs stand in as zero-size broadcasts of their types).
+                bound = bind_attrs(op, attrs)
+                out_types = op.infer([t._data if t._data is not None else
+                                      np.broadcast_to(np.zeros((), t.dtype), t.shape)
+                                      for t in inputs], bound)
+                hit = _SEEN[key] = _seen(op, bound, out_types, len(inputs),
+                                         _deferrable(op, out_types))
+                _replay.remember(op_name, attrs, hit)
+            op, attrs, out_types, piece, ty = hit
+            fn = None
+            if ty and _DEFER[0] and _modes.enabled:
+                fn = (tp or tape.current()).push(op.name, attrs, inputs, out_types, piece)
+            if fn is None:
+                return cls._eager(op, attrs, inputs, out_types, piece, pending)
+        # Recorded, pending (inline: the hot path of a step). The user's line, looked up
+        # when read (GradFn.site): user_where(3), from _apply's caller's caller (only
+        # gradjit calls _apply, and making the frame objects of the frames skipped unseen
+        # is most of the walk's cost), written out for the usual case that frame is the
+        # user's (registry.LAST_USER_CODE: the last such code object needs no look-up of
+        # its file).
         try:
-            hit = _SEEN.get(key)
-        except TypeError:            # an unhashable attribute
-            return cls._finish(*_compute(op_name, inputs, attrs))
-        if hit is None:
-            if len(_SEEN) >= 8192:
-                _SEEN.clear()
-                _replay.SEEN_BY_PIECE.clear()
-            op = get_op(op_name)
-            if op.kind not in _DEFER_KINDS or not _DEFER[0]:
-                done = _compute(op_name, inputs, attrs)
-                _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
-                                   _deferrable(op, done[5]))
-                return cls._finish(*done)
-            # Deferrable: only the types are needed now (their inference reads no values,
-            # so pending inputs stand in as zero-size broadcasts of their types).
-            bound = bind_attrs(op, attrs)
-            out_types = op.infer([t._data if t._data is not None else
-                                  np.broadcast_to(np.zeros((), t.dtype), t.shape)
-                                  for t in inputs], bound)
-            hit = _SEEN[key] = _seen(op, bound, out_types, len(inputs),
-                                     _deferrable(op, out_types))
-            _replay.remember(op_name, attrs, hit)
-        op, attrs, out_types, piece, ty = hit
-        if ty and _DEFER[0] and _modes.enabled:
-            fn = (tp or tape.current()).push(
-                op.name, attrs, inputs, out_types, piece)
-            if fn is not None:   # recorded, pending (inline: the hot path of a step)
-                # The user's line, looked up when read (GradFn.site): user_where(3), from
-                # _apply's caller's caller (only gradjit calls _apply, and making the frame
-                # objects of the frames skipped unseen is most of the walk's cost), written
-                # out for the usual case that frame is the user's (registry.LAST_USER_CODE:
-                # the last such code object needs no look-up of its file).
-                try:
-                    f = _getframe(2)
-                    code = f.f_code
-                    if code is _LAST_USER_CODE[0] or _is_user_code(code):
-                        fn._site, fn._lasti = code, f.f_lasti
-                    else:
-                        fn._site = user_where(3)
-                except ValueError:   # no Python caller there (an op called from C)
-                    fn._site = None
-                t = _NEW(Tensor)
-                t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
-                t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
-                fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
-                return t
+            f = _getframe(2)
+            code = f.f_code
+            if code is _LAST_USER_CODE[0] or _is_user_code(code):
+                fn._site, fn._lasti = code, f.f_lasti
+            else:
+                fn._site = user_where(3)
+        except ValueError:   # no Python caller there (an op called from C)
+            fn._site = None
+        t = _NEW(Tensor)
+        t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
+        t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
+        fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
+        return t
+
+    @classmethod
+    def _eager(cls, op, attrs, inputs, out_types, piece, pending):
+        """``_apply``'s op run at once (not deferred): NumPy now, and a node with the
+        values when recorded."""
         tok = _quiet()
         try:
             res = (op.eager or op.impl)(*[t.data for t in inputs] if pending else
@@ -302,7 +309,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         if inference:   # _finish raises torch's error
             return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
         fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
-                                     for t in inputs], out_types, [out], user_where(3))
+                                     for t in inputs], out_types, [out], user_where(4))
         fn._key = piece
         t = _recorded(out, fn)
         if out.dtype.kind == "f":

@@ -10,29 +10,9 @@ import numpy as np
 import pytest
 
 import gradjit as gj
-from gradjit.runtime import autograd as autograd_rt
-from gradjit.tracer import tape
 
 
-@pytest.fixture(autouse=True)
-def fresh_tape():
-    tape.take([])
-    yield
-    tape.take([])
-
-
-@pytest.fixture
-def fast(monkeypatch):
-    """Counts backward calls the fast path completed."""
-    n = [0]
-    run = autograd_rt.fast_backward
-
-    def counted(root):
-        out = run(root)
-        n[0] += out is True
-        return out
-    monkeypatch.setattr(autograd_rt, "fast_backward", counted)
-    return n
+pytestmark = pytest.mark.usefixtures("fresh_tape")
 
 
 def _setup(rng):
