@@ -13,16 +13,18 @@ Contract
   a new leaf having the recorded type and requires_grad), a deferred op is
   recorded without building its part of the structural key, without the
   type lookup and without counting unread entries: all of it is the
-  expectation's, because the inputs' types and the wiring are. When the
-  whole step matched and its root is the last entry, ``backward()`` takes
-  the expectation's plan without building or comparing the key.
+  expectation's, because the inputs' types and the wiring are. Meanwhile
+  the tape holds the matched nodes and their leaves themselves (``nodes``,
+  ``leaves``), not weak references (tracer/tape.py). When the whole step
+  matched and its root is the last entry, ``backward()`` takes the
+  expectation's plan without building or comparing the key.
 - At the first difference (or anything that reads the tape's key, its
   unread count or adds an entry another way) ``resume`` rebuilds the key
   parts, the read flags and the unread count of the entries matched so far
   from the expectation, and the tape goes on as if it had recorded them
   itself. So a replayed step and a recorded one leave the same tape.
-- Why: recording is most of a small step's time (W1 in tensor mode: about
-  2.3 us per op, of which the type lookup and the key's parts are a third).
+- Why: recording is most of a small step's time. W1 in tensor mode took
+  18.7 us a step (about 2.3 us per recorded op); replayed, about 15.
 """
 from __future__ import annotations
 
