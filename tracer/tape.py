@@ -30,8 +30,9 @@ Contract
   but while it replays the last step (tracer/replay.py) it holds the nodes that
   matched (``nodes``) and their leaves (``leaves``: Tensors then) until the
   step is taken or replay stops (at the first difference, or the next step's
-  first op): every one of them feeds the last node, so the graph holds them
-  anyway until then, and an abandoned step is kept until the next op at most.
+  first recorded op): every one of them feeds the last node, so the graph
+  holds them anyway until then, and an abandoned step is kept until the next
+  recorded op.
 - Deferred nodes (tracer/deferred.py) are made here (``push``: node and entry
   in one pass over the inputs, read as Tensors) and stay pending only while
   they are on the current tape: ``add`` returns False when it did not take a
@@ -78,6 +79,7 @@ _local = _Local()
 _NEW = object.__new__
 FLUSH = []   # [compute_pending(fns)], set by tracer/deferred.py (imports run one way)
 RESUME = [None]   # [replay.resume(tape)], set by tracer/replay.py: leave replay
+ADDED = [None]    # [replay.added(tape, fn)], set by tracer/replay.py: a node recorded at once
 
 
 PAUSE_AT = 64                # entries: a step this long has its collections paused
@@ -212,8 +214,8 @@ class Tape:
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
-        if self.exp is not None:
-            RESUME[0](self)
+        if self.exp is not None and ADDED[0](self, fn):   # the replayed step's next entry
+            return True
         n = self._room()
         if n is None:
             return False
@@ -235,13 +237,6 @@ class Tape:
         broken."""
         if self.broken:
             return None
-        if self.exp is not None:
-            RESUME[0](self)
-        n = len(self.fns)
-        if n >= self.trim_at or n >= LIMIT:
-            n = self._room()
-            if n is None:
-                return None
         record = False   # (checked first: the pass below changes the tape)
         for t in inputs:
             if t._inference:   # the eager path raises torch's error
@@ -249,7 +244,14 @@ class Tape:
             if t._requires_grad:   # (a recorded input always does)
                 record = True
         if not record:
-            return None
+            return None   # (nor does a replay stop for it: tracer/replay.py's _miss)
+        if self.exp is not None:
+            RESUME[0](self)
+        n = len(self.fns)
+        if n >= self.trim_at or n >= LIMIT:
+            n = self._room()
+            if n is None:
+                return None
         edges, in_versions = [], []
         gen, fed, parts = self.gen, self.fed, self.parts
         parts.append(piece)
@@ -362,8 +364,10 @@ class Tape:
 
     def flush(self):
         """Compute every deferred node recorded here (tracer/deferred.py)."""
-        if self.exp is not None:
-            RESUME[0](self)
+        if self.exp is not None:   # replaying: its nodes (an optimizer's in-place updates
+            if self.nodes and FLUSH:   # between steps find none, and the replay goes on)
+                FLUSH[0](list(self.nodes))
+            return
         if self.fns and FLUSH:
             FLUSH[0]([r() for r in self.fns])
 

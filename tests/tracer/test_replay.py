@@ -235,8 +235,8 @@ def test_forgotten_plans_are_not_replayed(rng, fast):
 
 def test_an_abandoned_replayed_step_is_freed_by_the_next_op(rng):
     """The matched nodes are held while replaying: a step dropped without backward lives
-    until the next op stops the replay, then goes (and a long step's collector pause with
-    it)."""
+    until the next recorded op stops the replay, then goes (and a long step's collector
+    pause with it)."""
     import gc
     import weakref
     from gradjit.tracer.tape import PAUSE_AT, PAUSED_THRESHOLD
@@ -259,7 +259,9 @@ def test_an_abandoned_replayed_step_is_freed_by_the_next_op(rng):
         node = weakref.ref(loss.grad_fn)
         del loss
         assert node() is not None and gc.get_threshold()[0] == PAUSED_THRESHOLD
-        (xs[0] * 2.0).sum()   # the next op: not the expected one
+        (xs[0] * 2.0).sum()   # records nothing: the replay goes on
+        assert node() is not None and gc.get_threshold()[0] == PAUSED_THRESHOLD
+        (w * 2.0).sum()       # the next recorded op: not the expected one
         assert node() is None and gc.get_threshold()[0] == 700
     finally:
         gc.set_threshold(*old)
@@ -277,3 +279,77 @@ def test_equal_attributes_made_anew_each_step_replay(rng, fast):
         (y * y).sum().backward()
         np.testing.assert_allclose(w.grad.data, 2 * c * c * w.data, rtol=1e-15)
     assert fast[0] >= 4
+
+
+def _classifier(rng):
+    W = gj.tensor(rng.normal(size=(4, 3)) * 0.5, requires_grad=True)
+    X = rng.normal(size=(8, 4))
+    y = rng.integers(0, 3, size=8)
+    return W, X, y
+
+
+def _nll(W, xb, yb):
+    lp = (xb @ W).log_softmax(1)
+    return -(lp[np.arange(len(yb)), yb]).mean()   # (index_select: run at once, not deferred)
+
+
+def _nll_grad(W, xb, yb):
+    z = xb @ W.data
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(yb)), yb] -= 1
+    return xb.T @ p / len(yb)
+
+
+def test_a_training_loop_with_label_indexing_and_updates_replays(rng, fast):
+    """Ops run at once (indexing by labels) are matched when recorded; the optimizer's
+    in-place updates and a metric between steps leave the replay on."""
+    W, X, y = _classifier(rng)
+    replayed = 0
+    for step in range(8):
+        xb = gj.tensor(X)   # a new leaf each step, as a batch is
+        W.grad = None
+        loss = _nll(W, xb, y)
+        replayed += tape.current().exp is not None
+        want = _nll_grad(W, X, y)
+        loss.backward()
+        np.testing.assert_allclose(W.grad.data, want, rtol=1e-12)
+        with gj.no_grad():
+            W.sub_(0.5 * W.grad)
+        accuracy = ((xb @ W.detach()).numpy().argmax(1) == y).mean()   # grad mode on
+        assert 0 <= accuracy <= 1
+    assert replayed == 6 and fast[0] == 7
+
+
+def test_a_step_that_differs_after_an_entry_run_at_once(rng, fast):
+    W, X, y = _classifier(rng)
+
+    def warm():
+        for _ in range(3):
+            W.grad = None
+            _nll(W, gj.tensor(X), y).backward()
+    for forward, xb, yb in [
+            (lambda: _nll(W, gj.tensor(X[:5]), y[:5]), X[:5], y[:5]),   # other shapes
+            (lambda: _nll(W, gj.tensor(X), y) * 2.0, X, y),             # an op more
+            (lambda: -(gj.tensor(X) @ W).log_softmax(1)[np.arange(8), y].sum() / 8.0, X, y)]:
+        loss = _compare(forward, warm)
+        W.grad = None
+        loss.backward()
+        scale = 2.0 if loss.grad_fn.op == "mul.Scalar" else 1.0
+        np.testing.assert_allclose(W.grad.data, scale * _nll_grad(W, xb, yb), rtol=1e-12)
+
+
+def test_a_metric_that_fails_part_way_keeps_the_tape_exact(rng):
+    """An op that records nothing but matched a leaf slot before differing gives the slot
+    back: the step's tape is then what recording it gives."""
+    x, w, b = _setup(rng)
+    c = gj.tensor(rng.normal(size=x.shape))
+
+    def forward():
+        (x * c).sum()       # slot 0 is x's in the expectation: given, then taken back
+        return _loss(x, w, b)
+    loss = _compare(forward, lambda: _warm(x, w, b))
+    w.grad = b.grad = None
+    loss.backward()
+    gw, gb = _ref(x, w, b)
+    np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
