@@ -246,8 +246,9 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 op = get_op(op_name)
                 if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                     done = _compute(op_name, inputs, attrs)
-                    _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
-                                       _deferrable(op, done[5]))
+                    hit = _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
+                                             _deferrable(op, done[5]))
+                    _replay.remember(op_name, attrs, hit)   # (deferred later, maybe)
                     return cls._finish(*done)
                 # Deferrable: only the types are needed now (their inference reads no
                 # values, so pending inputs stand in as zero-size broadcasts of their types).

@@ -353,3 +353,98 @@ def test_a_metric_that_fails_part_way_keeps_the_tape_exact(rng):
     loss.backward()
     gw, gb = _ref(x, w, b)
     np.testing.assert_allclose(w.grad.data, gw, rtol=1e-12)
+
+
+# -- random steps: a step, then a variant of it, against the eager reference ------------------
+_UNARY = ("tanh", "exp", "pow2", "scale")
+_BINARY = ("add", "mul", "sub")
+
+
+def _program(rng, n_ops=6):
+    """A random step over values 0-2 (leaves): (kind, argument indices, constant) per op."""
+    ops = []
+    for k in range(n_ops):
+        n_values = 3 + k
+        if rng.random() < 0.5:
+            ops.append((str(rng.choice(_UNARY)), (int(rng.integers(n_values)),),
+                        float(rng.choice([0.5, 2.0, -0.0]))))
+        else:
+            ops.append((str(rng.choice(_BINARY)), tuple(int(i) for i in rng.integers(n_values,
+                                                                                   size=2)), 0.0))
+    return ops
+
+
+def _variant(rng, ops):
+    """The same step, or one with a different op, wiring or constant at a random place."""
+    ops = list(ops)
+    what = int(rng.integers(4))
+    if what == 0:
+        return ops
+    k = int(rng.integers(len(ops)))
+    kind, args, c = ops[k]
+    if what == 1:
+        kind = {"tanh": "exp", "exp": "tanh", "pow2": "tanh", "scale": "exp", "add": "mul",
+                "mul": "sub", "sub": "add"}[kind]
+    elif what == 2:
+        args = tuple(int(rng.integers(3 + k)) for _ in args)
+    else:
+        c = {0.5: 2.0, 2.0: -0.0, -0.0: 0.5}[c]
+        kind = "scale" if kind in _UNARY else kind
+        args = args[:1] if kind == "scale" else args
+    ops[k] = (kind, args, c)
+    return ops
+
+
+def _run(ops, leaves):
+    vals = list(leaves)
+    for kind, args, c in ops:
+        a = [vals[i] for i in args]
+        vals.append({"tanh": lambda: np.tanh(a[0]), "exp": lambda: np.exp(a[0] * 0.1),
+                     "pow2": lambda: a[0] ** 2, "scale": lambda: a[0] * c,
+                     "add": lambda: a[0] + a[1], "mul": lambda: a[0] * a[1],
+                     "sub": lambda: a[0] - a[1]}[kind]())
+    loss = (vals[0] * vals[1]).sum()   # (requires grad) and every op's value feeds it
+    for v in vals[3:]:
+        loss = loss + v.sum()
+    return loss
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_steps_and_variants_match_the_eager_reference(seed, fast):
+    rng = np.random.default_rng(seed)
+    leaves = [gj.tensor(rng.normal(size=(3,)) * 0.5, requires_grad=i < 2) for i in range(3)]
+    a = _program(rng)
+    b = _variant(rng, a)
+
+    def reference(ops):
+        prev = gj.set_deferred(False)
+        try:
+            for t in leaves[:2]:
+                t.grad = None
+            _run(ops, leaves).backward()
+            return [None if t.grad is None else t.grad.data.copy() for t in leaves[:2]]
+        finally:
+            gj.set_deferred(prev)
+
+    want_a, want_b = reference(a), reference(b)
+    tape.take([])
+
+    def warm():
+        for _ in range(3):
+            for t in leaves[:2]:
+                t.grad = None
+            _run(a, leaves).backward()
+            _same(leaves[:2], want_a)
+        assert tape.current().exp is not None   # the variant is recorded against it
+    loss = _compare(lambda: _run(b, leaves), warm)
+    for t in leaves[:2]:
+        t.grad = None
+    loss.backward()
+    _same(leaves[:2], want_b)
+
+
+def _same(leaves, want):
+    for t, w in zip(leaves, want):   # (a leaf the step does not use keeps no gradient)
+        assert (t.grad is None) == (w is None)
+        if w is not None:
+            np.testing.assert_allclose(t.grad.data, w, rtol=1e-12, atol=1e-15)
