@@ -31,10 +31,7 @@ from gradjit.runtime.compiler import STATS, Executable
 from gradjit.tracer import replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
-from gradjit.tracer.modes import _state as _MODES
-from gradjit.tracer.tensor import Tensor, plain_tensor
-
-_NEW = object.__new__
+from gradjit.tracer.tensor import plain_tensor
 
 _FAST = {}   # key -> (Executable, feeds, direct arguments or None, _lead's or None,
 #             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
@@ -238,16 +235,11 @@ def fast_backward(root):
         for f in spent:
             f.out_data, f.freed = None, True
     i = 0
-    if plain is not None:   # the usual case: each gradient as it comes (plain_tensor,
-        inference = _MODES.inference   # written out: a call less per gradient)
+    if plain is not None:   # the usual case: each gradient as it comes
         for slot in plain:
             i += 1
             t = leaves[slot]
-            g = _NEW(Tensor)
-            g._data = res[i] if t.grad is None else t.grad.data + res[i]
-            g.grad, g.grad_fn, g._index, g._requires_grad, g._hooks, g._box, g._inference, \
-                g._ty = None, None, 0, False, None, [0], inference, None
-            t.grad = g
+            t.grad = plain_tensor(res[i] if t.grad is None else t.grad.data + res[i])
     else:
         for slot, shared, dt in targets:
             i += 1

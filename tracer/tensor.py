@@ -246,9 +246,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 op = get_op(op_name)
                 if op.kind not in _DEFER_KINDS or not _DEFER[0]:
                     done = _compute(op_name, inputs, attrs)
-                    hit = _SEEN[key] = _seen(done[0], done[1], done[5], len(inputs),
-                                             _deferrable(op, done[5]))
-                    _replay.remember(op_name, attrs, hit)   # (deferred later, maybe)
+                    _SEEN[key] = _seen(op_name, attrs, done[0], done[1], done[5], len(inputs),
+                                       _deferrable(op, done[5]))
                     return cls._finish(*done)
                 # Deferrable: only the types are needed now (their inference reads no
                 # values, so pending inputs stand in as zero-size broadcasts of their types).
@@ -256,9 +255,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
                 out_types = op.infer([t._data if t._data is not None else
                                       np.broadcast_to(np.zeros((), t.dtype), t.shape)
                                       for t in inputs], bound)
-                hit = _SEEN[key] = _seen(op, bound, out_types, len(inputs),
+                hit = _SEEN[key] = _seen(op_name, attrs, op, bound, out_types, len(inputs),
                                          _deferrable(op, out_types))
-                _replay.remember(op_name, attrs, hit)
             op, attrs, out_types, piece, ty = hit
             fn = None
             if ty and _DEFER[0] and _modes.enabled:
@@ -374,11 +372,14 @@ def _deferrable(op, out_types):
     return op.kind in _DEFER_KINDS and len(out_types) == 1 and out_types[0][1].kind == "f"
 
 
-def _seen(op, attrs, out_types, n_in, deferrable):
-    """A ``_SEEN`` entry: (op, bound attributes, output types, the tape's key piece, the
-    output's type token when the op may be deferred, else False)."""
-    return (op, attrs, out_types, tape.key_of(op.name, attrs, out_types, n_in),
-            deferrable and _type_token(out_types[0]))
+def _seen(op_name, raw, op, attrs, out_types, n_in, deferrable):
+    """A ``_SEEN`` entry for ``op_name`` called with attributes ``raw``: (op, bound
+    attributes, output types, the tape's key piece, the output's type token when the op
+    may be deferred, else False). Replays look it up by its piece (tracer/replay.py)."""
+    hit = (op, attrs, out_types, tape.key_of(op.name, attrs, out_types, n_in),
+           deferrable and _type_token(out_types[0]))
+    _replay.remember(op_name, raw, hit)
+    return hit
 
 
 def _recorded(data, fn):
