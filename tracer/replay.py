@@ -7,17 +7,25 @@ Contract
   ``Replay``: per entry the op's name as the front end was called with it,
   its attributes' exact key, its ``_SEEN`` result (tracer/tensor.py) and
   the references of its inputs; the step's leaf types; its fast plan).
-- While the next step matches it op by op (``match``: same op name and
-  attributes, every input the Tensor at the same reference: output 0 of the
-  entry at the same position on this tape, or the leaf in the same slot,
-  a new leaf having the recorded type and requires_grad), a deferred op is
-  recorded without building its part of the structural key, without the
-  type lookup and without counting unread entries: all of it is the
-  expectation's, because the inputs' types and the wiring are. Meanwhile
-  the tape holds the matched nodes and their leaves themselves (``nodes``,
-  ``leaves``), not weak references (tracer/tape.py). When the whole step
-  matched and its root is the last entry, ``backward()`` takes the
-  expectation's plan without building or comparing the key.
+- While the next step matches it op by op (``Replay.matchers[n]``, the
+  matcher of entry ``n``: same op name and attributes, every input the
+  Tensor at the same reference: output 0 of the entry at the same position
+  on this tape, or the leaf in the same slot, a new leaf having the recorded
+  type and requires_grad), a deferred op is recorded without building its
+  part of the structural key, without the type lookup and without counting
+  unread entries: all of it is the expectation's, because the inputs' types
+  and the wiring are. The matcher returns the output's type token (None:
+  not matched, record the usual way). Meanwhile the tape holds the matched
+  nodes and their leaves themselves (``nodes``, ``leaves``), not weak
+  references (tracer/tape.py). When the whole step matched and its root is
+  the last entry, ``backward()`` takes the expectation's plan without
+  building or comparing the key.
+- Each matcher is written out for its entry (``_factory``: Python source
+  per form, i.e. number of inputs, which of them are leaves and the
+  attribute form, compiled once per form and process; the entry's
+  constants are closed over). Why: the checks are a handful of comparisons
+  per input, and one generic matcher's loop over inputs and attribute forms
+  cost about as much again.
 - An op that runs at once (not deferred: indexing by labels, say) is
   matched when its node is added to the tape (``added``: its key piece and
   inputs). An op that records nothing (no input requires grad: a metric
@@ -29,7 +37,9 @@ Contract
   from the expectation, and the tape goes on as if it had recorded them
   itself. So a replayed step and a recorded one leave the same tape.
 - Why: recording is most of a small step's time. W1 in tensor mode took
-  18.7 us a step (about 2.3 us per recorded op); replayed, about 15.
+  18.7 us a step (about 2.3 us per recorded op); replayed, about 15 with one
+  generic matcher; with written-out matchers 14.5, against 16.9 for the
+  generic one in the same alternating runs.
 """
 from __future__ import annotations
 
@@ -48,10 +58,12 @@ _NEW = object.__new__
 
 
 class Replay:
-    __slots__ = ("entries", "n", "parts", "offsets", "types", "plan", "epoch", "switches")
+    __slots__ = ("entries", "n", "parts", "offsets", "types", "plan", "epoch", "switches",
+                 "matchers")
 
     def __init__(self, entries, parts, offsets, types, switches):
         self.entries, self.n = entries, len(entries)
+        self.matchers = matchers(entries, types)   # [entry's matcher] + [one past the last]
         self.parts, self.offsets, self.types = parts, offsets, types
         self.switches = switches
         self.plan = None   # runtime/fast_backward.py's plan for this step, and the epoch
@@ -111,59 +123,117 @@ def resume(tp):
     tp.open = fed.count(False)
 
 
-def match(tp, op_name, attrs, inputs):
-    """Record ``op_name(*inputs, **attrs)`` as the expectation's next entry (its node is then
-    ``tp.nodes[-1]``): the type token of its output when it matches, else None (the caller
-    records it the usual way: ``_miss``). Leaves met for the first time are given their
-    slots as the usual way would."""
-    ex = tp.exp
-    n = len(tp.nodes)
-    if n >= ex.n:
-        return _miss(tp, inputs, None)
-    name, akey, hit, refs, one = ex.entries[n]
-    if name is None:   # an entry recorded at once: matched when it is added (``added``)
-        return None
-    if (name is not op_name and name != op_name) or len(refs) != len(inputs):
-        return _miss(tp, inputs, None)
-    if akey is not None or attrs:   # exactly the attributes recorded (tape.attrs_key), or
-        if not attrs or akey is None or (   # the very objects (a literal, a variable)
-                (one is None or len(attrs) != 1 or attrs.get(one[0], _MISSING) is not one[1])
-                and akey != attrs_key(attrs)):
-            return _miss(tp, inputs, None)
-    gen, nl = tp.gen, len(tp.leaves)
-    edges, in_versions = [], []
-    for t, r in zip(inputs, refs):
-        if r < 0:   # output 0 of the entry at ~r: a Tensor that entry made on this tape
-            try:    # (nothing else holds its node, and none is an inference tensor)
-                src = t.grad_fn
-                if src._tgen != gen or src._tpos != ~r:
-                    src = None
-            except AttributeError:   # not a Tensor, or a leaf (grad_fn None)
-                src = None
-            if src is None:
-                return _miss(tp, inputs, nl)
-            edges.append((src, 0))
-            in_versions.append(None)
+def matchers(entries, types):
+    """Per entry of the expectation, its matcher ``(tp, op_name, attrs, inputs) -> type
+    token or None`` (the module's contract), then one that refuses any op beyond the
+    last. ``types``: the step's leaf types, by slot."""
+    out = []
+    for n, (name, akey, hit, refs, one) in enumerate(entries):
+        if name is None:   # an entry recorded at once: matched when it is added (``added``)
+            out.append(_at_once)
             continue
-        v = _leaf(tp, ex, t, r, None)
-        if v is None:
-            return _miss(tp, inputs, nl)
-        edges.append(t)
-        in_versions.append(v)
-    op, attrs, out_types, piece, ty = hit
-    fn = _NEW(GradFn)
-    fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (
-        op.name, attrs, edges, in_versions, out_types, piece)
-    fn.out_data, fn.seq, fn.freed = None, next(_seq), False
-    fn._versions, fn._tgen, fn._tpos = None, gen, n
-    tp.nodes.append(fn)   # (held until replay stops or the step is taken: all of them feed
-    if n == PAUSE_AT:     # the last one, so the graph holds them anyway)
-        tp.long_ref = _long(fn)
-    return ty   # (the caller makes the node's Tensor, as for a node recorded the usual way)
+        form = (tuple(r >= 0 for r in refs), 0 if akey is None else 1 if one else 2,
+                n == PAUSE_AT)
+        make = _FACTORIES.get(form) or _factory(form)
+        out.append(make(name, akey, one, hit, refs, [types[r] if r >= 0 else None
+                                                      for r in refs], n))
+    out.append(_beyond)
+    return out
+
+
+def _at_once(tp, op_name, attrs, inputs):
+    return None
+
+
+def _beyond(tp, op_name, attrs, inputs):
+    return _miss(tp, inputs, None)
+
+
+_FACTORIES = {}   # form -> factory of matchers
+
+
+def _factory(form):
+    """Compile the factory of matchers of ``form`` (see ``matchers``). A matcher checks, in
+    this order: the op name, the input count, the attributes (the very object recorded
+    when there was one, else an equal ``attrs_key``), then each input (a node: made by
+    the entry at the same position of this tape generation; a leaf: a plain CPU Tensor
+    in the same slot, or its first use, in slot order, with the recorded shape, dtype
+    and requires_grad). It then makes the node as ``Tape.push`` would (edges, versions,
+    key piece), appends it to ``tp.nodes`` and returns the output's type token. On a
+    difference it returns ``_miss``'s None, having given back the slots it took."""
+    leaves, amode, pause = form
+    k = len(leaves)
+    ins = [f"i{j}" for j in range(k)]
+    miss0 = "return _miss(tp, inputs, None)"
+    miss = "return _miss(tp, inputs, nl)" if any(leaves) else miss0
+    src = ["def make(NAME, AKEY, ONE, HIT, REFS, TYPES, N):",
+           "    OP, ATTRS, OUT_TYPES, PIECE, TY = HIT",
+           "    OPN = OP.name"]
+    for j, leaf in enumerate(leaves):
+        src.append(f"    R{j} = REFS[{j}]" if leaf else f"    P{j} = ~REFS[{j}]")
+        if leaf:
+            src.append(f"    S{j}, D{j}, G{j} = TYPES[{j}][:3]")
+    if amode == 1:
+        src.append("    K, V = ONE")
+    src += ["    def match(tp, op_name, attrs, inputs):",
+            "        if (op_name is not NAME and op_name != NAME) or len(inputs) != %d:" % k,
+            "            " + miss0]
+    if amode == 0:
+        src += ["        if attrs:", "            " + miss0]
+    elif amode == 1:   # the very object recorded (a literal, a variable), else an equal key
+        src += ["        if (len(attrs) != 1 or attrs.get(K, _MISSING) is not V) and (",
+                "                not attrs or AKEY != attrs_key(attrs)):", "            " + miss0]
+    else:
+        src += ["        if not attrs or AKEY != attrs_key(attrs):", "            " + miss0]
+    src.append(f"        {', '.join(ins)}, = inputs")
+    src.append("        gen = tp.gen")
+    if any(leaves):
+        src.append("        nl = len(tp.leaves)")
+    for j, leaf in enumerate(leaves):
+        t = ins[j]
+        if not leaf:   # output 0 of the entry at P: a Tensor that entry made on this tape
+            src += ["        try:",
+                    f"            s{j} = {t}.grad_fn",
+                    f"            if s{j}._tgen != gen or s{j}._tpos != P{j}:",
+                    "                " + miss,
+                    "        except AttributeError:",
+                    "            " + miss]
+            continue
+        src += [f"        if ({t}.__class__ is not Tensor or {t}._inference or {t}.grad_fn is not None",
+                f"                or (d := {t}._data).__class__ is not ndarray):",
+                "            " + miss,
+                f"        v{j} = {t}._box[0]",
+                f"        slot = tp.slots.get(id({t}))",
+                "        if slot is None:   # a leaf's first use: the recorded type, in order",
+                f"            if (R{j} != len(tp.leaves) or d.shape != S{j} or {t}._requires_grad "
+                f"is not G{j}",
+                f"                    or (d.dtype is not D{j} and d.dtype != D{j})):",
+                "                " + miss,
+                f"            tp.slots[id({t})] = R{j}",
+                f"            tp.leaves.append({t})",
+                f"            tp.first.append(v{j})",
+                f"        elif slot != R{j}:",
+                "            " + miss]
+    edges = ", ".join(ins[j] if leaf else f"(s{j}, 0)" for j, leaf in enumerate(leaves))
+    vers = ", ".join(f"v{j}" if leaf else "None" for j, leaf in enumerate(leaves))
+    src += ["        fn = _NEW(GradFn)",
+            "        fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (",
+            f"            OPN, ATTRS, [{edges}], [{vers}], OUT_TYPES, PIECE)",
+            "        fn.out_data, fn.seq, fn.freed = None, next(_seq), False",
+            "        fn._versions, fn._tgen, fn._tpos = None, gen, N",
+            "        tp.nodes.append(fn)"]
+    if pause:
+        src.append("        tp.long_ref = _long(fn)")
+    src += ["        return TY", "    return match"]
+    scope = dict(_miss=_miss, _MISSING=_MISSING, attrs_key=attrs_key, Tensor=Tensor,
+                 ndarray=ndarray, _NEW=_NEW, GradFn=GradFn, _seq=_seq, _long=_long)
+    exec(compile("\n".join(src), f"<gradjit replay matcher {form}>", "exec"), scope)
+    _FACTORIES[form] = scope["make"]
+    return scope["make"]
 
 
 def _miss(tp, inputs, nl):
-    """The op is not the expected one. The leaves ``match`` gave slots to (beyond the first
+    """The op is not the expected one. The leaves the matcher gave slots to (beyond the first
     ``nl``) lose them again; then replay stops (``resume``), unless the op records nothing
     (no input requires grad: ``Tape.push`` would not take it), which leaves the tape as it
     was: a metric computed between steps does not end the replay. Returns None."""

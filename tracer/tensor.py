@@ -31,7 +31,6 @@ import numpy as np
 from gradjit.tracer import tape
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
-from gradjit.tracer.replay import match as _match
 from gradjit.tracer.gradfn import FREED, GradFn, HookHandle
 from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
                                      compute_pending)
@@ -215,8 +214,8 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         # collide) and the attributes. A step like the last one replays its record instead
         # (tracer/replay.py: no type lookup, no key to build).
         tp = _tape_local.tape
-        if (tp is not None and tp.exp is not None and _modes.enabled and _DEFER[0]
-                and (ty := _match(tp, op_name, attrs, inputs))):
+        if (tp is not None and (ex := tp.exp) is not None and _modes.enabled and _DEFER[0]
+                and (ty := ex.matchers[len(tp.nodes)](tp, op_name, attrs, inputs))):
             fn = tp.nodes[-1]   # recorded as the last step's entry
         else:
             key = [op_name]
