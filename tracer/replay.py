@@ -59,7 +59,7 @@ _NEW = object.__new__
 
 class Replay:
     __slots__ = ("entries", "n", "parts", "offsets", "types", "plan", "epoch", "switches",
-                 "matchers")
+                 "matchers", "take")
 
     def __init__(self, entries, parts, offsets, types, switches):
         self.entries, self.n = entries, len(entries)
@@ -68,6 +68,7 @@ class Replay:
         self.switches = switches
         self.plan = None   # runtime/fast_backward.py's plan for this step, and the epoch
         self.epoch = None  # of its plans it was made in
+        self.take = None   # runtime/fast_backward.py's backward written out for this step
 
 
 def remember(op_name, attrs, hit):

@@ -279,3 +279,109 @@ def test_lead_needs_every_leaf_first_in_slot_order():
     assert _lead(((0, None), (-1, 2.5), (1, None)), 2, Exe) is None    # a constant first
     assert _lead(((0, None), (-1, 2.5)), 2, Exe) is None               # a leaf not taken
     assert _lead(None, 2, Exe) is None                                 # no direct form
+
+
+def _counted_take():
+    """Wrap the written-out backward of the tape's expectation: [steps it took, refused]."""
+    from gradjit.tracer import tape
+    ex = tape.current().exp
+    assert ex is not None and ex.take is not None
+    take, seen = ex.take, [0, 0]
+
+    def counted(tp, root):
+        out = take(tp, root)
+        seen[0 if out else 1] += 1
+        return out
+    ex.take = counted
+    return seen
+
+
+def test_small_replayed_steps_take_the_written_out_backward(rng, fast):
+    """A small step replayed whole takes ``_taker``'s backward, also when a value was read
+    on the way (then freed); one holding a tensor of the step is refused by it and taken
+    by the loop. Both right."""
+    x, w, b = _setup(rng)
+    for _ in range(3):
+        w.grad = b.grad = None
+        _loss(x, w, b).backward()
+    seen = _counted_take()
+    for step in range(3):
+        if step:   # accumulates onto the .grad of the step before
+            w.grad = b.grad = None
+        loss = _loss(x, w, b)
+        loss.backward()
+        v, gw, gb = _ref(x, w, b)
+        np.testing.assert_allclose(loss.data, v, rtol=1e-13)
+        np.testing.assert_allclose(w.grad.data, gw * (1 + (step == 0)), rtol=1e-12)
+        np.testing.assert_allclose(b.grad.data, gb * (1 + (step == 0)), rtol=1e-12)
+        assert loss.grad_fn.freed and b.grad.data.shape == () and b.grad.dtype == np.float64
+    assert seen == [3, 0]
+    w.grad = b.grad = None
+    t = np.tanh(x * w + b)          # held: its value is computed as recorded
+    loss = (t ** 2).sum()
+    loss.backward()
+    np.testing.assert_allclose(t.data, np.tanh(x.data * w.data + b.data), rtol=1e-14)
+    w.grad = b.grad = None
+    u = x * w
+    u.data                          # read on the way, then dropped
+    loss = (np.tanh(u + b) ** 2).sum()
+    node = u.grad_fn
+    del u
+    loss.backward()
+    np.testing.assert_allclose(w.grad.data, _ref(x, w, b)[1], rtol=1e-12)
+    assert node.out_data is None and node.freed
+    assert seen == [4, 1] and fast[0] == 2 + 3 + 2
+
+
+def test_a_step_with_an_entry_run_at_once_takes_the_written_out_backward(rng, fast):
+    W = gj.tensor(rng.normal(size=(3, 4)), requires_grad=True)
+    xb, yb = gj.tensor(rng.normal(size=(6, 3))), np.array([0, 3, 1, 1, 2, 0])
+
+    def step():
+        W.grad = None
+        loss = -(xb @ W).log_softmax(1)[np.arange(6), yb].mean()   # (labels: run at once)
+        loss.backward()
+        return loss
+    for _ in range(3):
+        step()
+    seen = _counted_take()
+    loss = step()
+    z = xb.data @ W.data
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(loss.data, -np.log(p[np.arange(6), yb]).mean(), rtol=1e-12)
+    p[np.arange(6), yb] -= 1
+    np.testing.assert_allclose(W.grad.data, xb.data.T @ p / 6, rtol=1e-12)
+    assert seen == [1, 0]
+    fns, stack = [], [loss.grad_fn]   # every node's values are freed
+    while stack:
+        f = stack.pop()
+        fns.append(f)
+        stack += [e[0] for e in f.edges if type(e) is tuple]
+    assert all(f.out_data is None for f in fns) and any(f._vbox is None for f in fns)
+
+
+def test_a_long_step_replays_without_a_written_out_backward(rng, fast):
+    from gradjit.runtime.fast_backward import TAKE_MAX
+    from gradjit.tracer import tape
+    w = gj.tensor(rng.normal(size=(3,)), requires_grad=True)
+    for _ in range(4):
+        w.grad = None
+        h = w
+        for _ in range(TAKE_MAX):
+            h = np.tanh(h) * 0.5
+        h.sum().backward()
+    ex = tape.current().exp
+    assert ex is not None and ex.n > TAKE_MAX and ex.take is None and fast[0] == 3
+    np.testing.assert_allclose(w.grad.data, _chain(w.data, TAKE_MAX), rtol=1e-12)
+
+
+def _chain(v, k):
+    """d/dw sum((tanh(.) * 0.5) applied k times)."""
+    vals = [v]
+    for _ in range(k):
+        vals.append(0.5 * np.tanh(vals[-1]))
+    g = np.ones_like(v)
+    for u in reversed(vals[:-1]):
+        g = g * 0.5 * (1 - np.tanh(u) ** 2)
+    return g
