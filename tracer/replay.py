@@ -218,10 +218,18 @@ def _factory(form):
     edges = ", ".join(ins[j] if leaf else f"(s{j}, 0)" for j, leaf in enumerate(leaves))
     vers = ", ".join(f"v{j}" if leaf else "None" for j, leaf in enumerate(leaves))
     src += ["        fn = _NEW(GradFn)",
-            "        fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (",
-            f"            OPN, ATTRS, [{edges}], [{vers}], OUT_TYPES, PIECE)",
-            "        fn.out_data, fn.seq, fn.freed = None, next(_seq), False",
-            "        fn._versions, fn._tgen, fn._tpos = None, gen, N",
+            "        fn.op = OPN",   # (one statement a slot: tracer/tape.py's push)
+            "        fn.attrs = ATTRS",
+            f"        fn.edges = [{edges}]",
+            f"        fn.in_versions = [{vers}]",
+            "        fn.out_types = OUT_TYPES",
+            "        fn._key = PIECE",
+            "        fn.out_data = None",
+            "        fn.seq = next(_seq)",
+            "        fn.freed = False",
+            "        fn._versions = None",
+            "        fn._tgen = gen",
+            "        fn._tpos = N",
             "        tp.nodes.append(fn)"]
     if pause:
         src.append("        tp.long_ref = _long(fn)")

@@ -277,10 +277,18 @@ class Tape:
                     fed[p] = True
                     self.open -= 1
         fn = _NEW(GradFn)
-        fn.op, fn.attrs, fn.edges, fn.in_versions, fn.out_types, fn._key = (
-            op, attrs, edges, in_versions, out_types, piece)
-        fn.out_data, fn.seq, fn.freed = None, next(_seq), False
-        fn._versions, fn._tgen, fn._tpos = None, gen, n   # (hooks ...: GradFn's defaults)
+        fn.op = op   # (one statement a slot: a tuple to unpack costs a sixth more)
+        fn.attrs = attrs
+        fn.edges = edges
+        fn.in_versions = in_versions
+        fn.out_types = out_types
+        fn._key = piece
+        fn.out_data = None
+        fn.seq = next(_seq)
+        fn.freed = False
+        fn._versions = None
+        fn._tgen = gen
+        fn._tpos = n   # (hooks ...: GradFn's defaults)
         self.fns.append(weakref.ref(fn) if n != PAUSE_AT else _long(fn))
         fed.append(False)
         self.open += 1

@@ -278,8 +278,15 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         except ValueError:   # no Python caller there (an op called from C)
             fn._site = None
         t = _NEW(Tensor)
-        t._data, t.grad, t.grad_fn, t._index, t._requires_grad = None, None, fn, 0, True
-        t._hooks, t._box, t._inference, t._ty = None, [0], False, ty
+        t._data = None
+        t.grad = None
+        t.grad_fn = fn
+        t._index = 0
+        t._requires_grad = True
+        t._hooks = None
+        t._box = [0]
+        t._inference = False
+        t._ty = ty
         fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
         return t
 
@@ -385,8 +392,14 @@ def _recorded(data, fn):
     """``Tensor(data, grad_fn=fn)`` (requires_grad set when ``fn`` is given) without the
     general constructor (a fifth of its cost): the recording and backward hot paths."""
     t = _NEW(Tensor)
-    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, fn, 0, fn is not None
-    t._hooks, t._box, t._inference = None, [0], _modes.inference
+    t._data = data
+    t.grad = None
+    t.grad_fn = fn
+    t._index = 0
+    t._requires_grad = fn is not None
+    t._hooks = None
+    t._box = [0]
+    t._inference = _modes.inference
     t._ty = None
     return t
 
@@ -398,8 +411,15 @@ def plain_tensor(data):
     """``Tensor(data)`` without the general constructor (the backward fast path; written
     out, not ``_recorded(data, None)``: one call less per gradient)."""
     t = _NEW(Tensor)
-    t._data, t.grad, t.grad_fn, t._index, t._requires_grad = data, None, None, 0, False
-    t._hooks, t._box, t._inference, t._ty = None, [0], _modes.inference, None
+    t._data = data
+    t.grad = None
+    t.grad_fn = None
+    t._index = 0
+    t._requires_grad = False
+    t._hooks = None
+    t._box = [0]
+    t._inference = _modes.inference
+    t._ty = None
     return t
 
 
