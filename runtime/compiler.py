@@ -51,7 +51,8 @@ from gradjit.runtime import plans
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level, load_links, save_links
 from gradjit.tracer.interp import interpret
 
-STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
+         "fast_steps": 0}   # (backward() calls runtime/fast_backward.py took)
 _LOADED = {}   # (content hash, signature) -> dispatcher
 
 

@@ -17,6 +17,10 @@ Contract
   the next step of the same structure hits.
 - The key is the tape's structural parts plus each leaf's shape, dtype and
   requires_grad, and the environment switches the general plan key holds.
+- A small step that replays (tracer/replay.py) gets this function written out
+  for it once its Replay is made (``_taker``: ``Replay.take``), and
+  ``Tensor.backward`` calls that first: the same checks and results for the
+  usual case (nothing of the step held but the root), one call deep.
 """
 from __future__ import annotations
 
@@ -176,10 +180,7 @@ def fast_backward(root):
     if _ANOMALY["enabled"]:
         return None
     tp = tape._local.tape or tape.current()
-    ex = tp.exp
-    if ex is not None and ex.take is not None and ex.take(tp, root):
-        return True   # (a small step replayed whole, nothing else held: ``_taker``)
-    fn, leaves, args = root.grad_fn, None, None
+    ex, fn, leaves, args = tp.exp, root.grad_fn, None, None
     if (ex is not None and len(tp.nodes) == ex.n and fn._tgen == tp.gen and fn._tpos == ex.n - 1
             and not root._index and not tp.special and ex.epoch == _EPOCH[0]
             and _switches() == ex.switches):   # replayed whole (tracer/replay.py): its plan
@@ -258,6 +259,7 @@ def fast_backward(root):
             t = leaves[slot]
             t.grad = plain_tensor(g if t.grad is None else t.grad.data + g)
     STATS["memory_hits"] += 1
+    STATS["fast_steps"] += 1
     return True
 
 
@@ -312,7 +314,7 @@ def _take_factory(form):
            "        fn = root.grad_fn",
            f"        if (len(tp.nodes) != {n} or fn._tgen != tp.gen or fn._tpos != {n - 1}",
            "                or root._index or tp.special or EX.epoch != _EPOCH[0]",
-           "                or _switches() != EX.switches):",
+           "                or _ANOMALY['enabled'] or _switches() != EX.switches):",
            "            return None",
            f"        {', '.join(ls)}, = tp.leaves",
            f"        {', '.join(f'f{j}' for j in range(n_leaves))}, = tp.first",
@@ -348,8 +350,9 @@ def _take_factory(form):
             src.append("        g = array(g)")
         src.append(f"        l{slot}.grad = plain_tensor(g if l{slot}.grad is None else "
                    f"l{slot}.grad.data + g)")
-    src += ["        STATS['memory_hits'] += 1", "        return True", "    return take"]
-    scope = dict(_EPOCH=_EPOCH, _switches=_switches, getrefcount=getrefcount, ndarray=np.ndarray,
+    src += ["        STATS['memory_hits'] += 1", "        STATS['fast_steps'] += 1",
+            "        return True", "    return take"]
+    scope = dict(_EPOCH=_EPOCH, _ANOMALY=_ANOMALY, _switches=_switches, getrefcount=getrefcount, ndarray=np.ndarray,
                  array=np.array, asarray=np.asarray, plain_tensor=plain_tensor, STATS=STATS)
     exec(compile("\n".join(src), f"<gradjit fast backward {n} entries>", "exec"), scope)
     _TAKERS[form] = scope["make"]

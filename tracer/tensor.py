@@ -197,6 +197,13 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         return f"tensor({body}{extra})"
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        # A plain backward of a step that replayed (tracer/replay.py) whole: its backward as
+        # runtime/fast_backward.py wrote it out (``take``: None when it does not apply).
+        if (gradient is None and (tp := _tape_local.tape) is not None
+                and (ex := tp.exp) is not None and ex.take is not None and self._data is None
+                and not retain_graph and not create_graph and inputs is None
+                and ex.take(tp, self)):
+            return
         Tensor._engine.tensor_backward(self, gradient, retain_graph, create_graph, inputs)
 
     # -- ops ------------------------------------------------------------------------------
