@@ -64,9 +64,12 @@ from types import SimpleNamespace
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before any OpenMP runtime starts
 # The same for OpenBLAS's own threads (NumPy and SciPy/Numba each bundle one OpenBLAS, with
-# its own pool): 2**4 cycles of spinning, then sleep, so one engine's idle BLAS workers do not
-# steal the cores of the next engine's BLAS call (measured on W5: medians 2-5x apart without).
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+# its own pool): 2**20 cycles (about 0.3 ms) of spinning, then sleep, so one engine's idle BLAS
+# workers do not steal the cores of the next engine's BLAS calls (OpenBLAS's default, about
+# 0.1 s: W5's medians 2-5x apart), yet stay awake across the short gaps between the BLAS
+# calls of one gradient (at 2**4 they slept in every gap: W3 and W5 medians of NumPy, Numba
+# and gradjit 5-30% slower, JAX and torch the same; see bench/README.md).
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 if "--threads" in sys.argv[:-1]:                     # before NumPy, Numba, BLAS, torch load
     _n = sys.argv[sys.argv.index("--threads") + 1]
     for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
