@@ -5,7 +5,7 @@ Contract
   backward ran on the fast path (runtime/fast_backward.py), its tape is
   started over with that step as its expectation (``Tape.exp``, a
   ``Replay``: per entry the op's name as the front end was called with it,
-  its attributes' exact key, its ``_SEEN`` result (tracer/tensor.py) and
+  its attributes' exact key, its ``SEEN`` entry (tracer/seen.py) and
   the references of its inputs; the step's leaf types; its fast plan).
 - While the next step matches it op by op (``Replay.matchers[n]``, the
   matcher of entry ``n``: same op name and attributes, every input the
@@ -50,7 +50,7 @@ from numpy import ndarray
 from gradjit.tracer.gradfn import GradFn, _seq
 from gradjit.tracer.tape import ADDED, PAUSE_AT, RESUME, _long, attrs_key, fn_key
 
-SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, _SEEN result,
+SEEN_BY_PIECE = {}   # key piece -> (op name as called, attribute key or None, SEEN entry,
 #                      the one attribute as (name, value) or None), filled by ``remember``
 _MISSING = object()
 Tensor = None        # set by tracer/tensor.py (imports run one way)
@@ -72,7 +72,7 @@ class Replay:
 
 
 def remember(op_name, attrs, hit):
-    """tracer/tensor.py's ``_SEEN`` got ``hit`` for ``op_name`` called with ``attrs``."""
+    """tracer/seen.py's ``SEEN`` got ``hit`` for ``op_name`` called with ``attrs``."""
     SEEN_BY_PIECE[hit[3]] = (op_name, attrs_key(attrs) if attrs else None, hit,
                              next(iter(attrs.items())) if len(attrs) == 1 else None)
 

@@ -22,7 +22,6 @@ Contract
 """
 from __future__ import annotations
 
-import itertools
 from sys import _getframe
 import weakref
 
@@ -31,6 +30,7 @@ import numpy as np
 from gradjit.tracer import tape
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
+from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
 from gradjit.tracer.gradfn import FREED, GradFn, HookHandle
 from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
                                      compute_pending)
@@ -59,7 +59,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         self._hooks = None
         self._box = box if box is not None else [0]  # version counter, shared by aliases
         self._inference = is_inference_mode_enabled()
-        self._ty = None   # a pending Tensor's type token (_SEEN's keys)
+        self._ty = None   # a pending Tensor's type token (tracer/seen.py)
         if requires_grad:
             self.requires_grad = True
 
@@ -365,36 +365,6 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
 
 _replay.Tensor = Tensor
-_SEEN = {}   # (op, input types, attributes) -> (op, attrs, output types, key piece, the
-#              output's type token if the op is deferrable, else False)
-_TYPES = {}  # (shape, dtype) -> type token: a pending Tensor's type in _SEEN's keys
-_type_ids = itertools.count(1)   # (never reused: dropping _TYPES cannot alias two types)
-
-
-def _type_token(out_type):
-    i = _TYPES.get(out_type)
-    if i is None:
-        if len(_TYPES) >= 65536:
-            _TYPES.clear()
-        i = _TYPES[out_type] = next(_type_ids)
-    return i
-
-
-def _deferrable(op, out_types):
-    """May the op be recorded without running (tracer/deferred.py), when deferral is on?"""
-    return op.kind in _DEFER_KINDS and len(out_types) == 1 and out_types[0][1].kind == "f"
-
-
-def _seen(op_name, raw, op, attrs, out_types, n_in, deferrable):
-    """A ``_SEEN`` entry for ``op_name`` called with attributes ``raw``: (op, bound
-    attributes, output types, the tape's key piece, the output's type token when the op
-    may be deferred, else False). Replays look it up by its piece (tracer/replay.py)."""
-    hit = (op, attrs, out_types, tape.key_of(op.name, attrs, out_types, n_in),
-           deferrable and _type_token(out_types[0]))
-    _replay.remember(op_name, raw, hit)
-    return hit
-
-
 def _recorded(data, fn):
     """``Tensor(data, grad_fn=fn)`` (requires_grad set when ``fn`` is given) without the
     general constructor (a fifth of its cost): the recording and backward hot paths."""
