@@ -160,6 +160,30 @@ def test_pending_nodes_set_every_slot(rng):
             assert hasattr(b, name) or not hasattr(a, name), name
 
 
+def test_tensors_and_replayed_nodes_set_every_slot(rng, fast):
+    """Tensors of the hot paths (a pending one, a gradient, a recorded one) and a node
+    of a replayed step are made slot by slot (tracer/tensor.py, tracer/replay.py)."""
+    from gradjit.tracer import tape
+    from gradjit.tracer.gradfn import GradFn
+    from gradjit.tracer.tensor import Tensor, _recorded, plain_tensor
+    w = gj.tensor(rng.normal(size=(2,)), requires_grad=True)
+    for _ in range(4):
+        w.grad = None
+        (w * w).sum().backward()
+    assert tape.current().exp is not None   # the next step replays
+    y = w * w
+    assert y._data is None and tape.current().exp is not None and fast[0] >= 2
+    made = [y, plain_tensor(np.ones(2)), _recorded(np.ones(2), None), w.grad]
+    for t in made:
+        for name in Tensor.__slots__:
+            if name != "__weakref__":
+                assert hasattr(t, name), name
+    ref = GradFn("mul.Tensor", {}, [], (((2,), np.dtype("f8")),), None, None)
+    for name in GradFn.__slots__:
+        if name != "__weakref__":
+            assert hasattr(y.grad_fn, name) or not hasattr(ref, name), name
+
+
 def test_hook_registered_after_the_forward_from_another_thread(rng, fast):
     """A hook on an intermediate, registered from another thread once the step is
     recorded, still runs: its node's tape is marked wherever the hook comes from."""
