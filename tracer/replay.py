@@ -200,7 +200,8 @@ def _factory(form):
                     "        except AttributeError:",
                     "            " + miss]
             continue
-        src += [f"        if ({t}.__class__ is not Tensor or {t}._inference or {t}.grad_fn is not None",
+        src += [f"        if ({t}.__class__ is not Tensor or {t}._inference",
+                f"                or {t}.grad_fn is not None",
                 f"                or (d := {t}._data).__class__ is not ndarray):",
                 "            " + miss,
                 f"        v{j} = {t}._box[0]",
