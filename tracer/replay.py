@@ -259,7 +259,7 @@ def _miss(tp, inputs, nl):
 
 
 def added(tp, fn):
-    """Take ``fn``, a node recorded at once (tracer/tensor.py's ``_eager``), as the
+    """Take ``fn``, a node recorded at once (tracer/tensor_eager.py's ``_eager``), as the
     expectation's next entry: True when it is that entry, else False after ``resume``."""
     ex = tp.exp
     n = len(tp.nodes)

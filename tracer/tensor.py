@@ -8,7 +8,9 @@ Contract
   values backward may need). Recorded ops of the deferrable kinds compute
   their value when it is first read (tracer/deferred.py: ``_data`` is None
   until then, and ``data`` computes it); every other op runs its NumPy
-  reference at once.
+  reference at once (tracer/tensor_eager.py). A step like the last one
+  replays its record (tracer/replay.py); the front end's type cache is
+  tracer/seen.py.
 - Edges point at the producing ``GradFn`` (non-leaf) or at the input
   ``Tensor`` itself (leaf or constant), never at intermediate Tensor objects,
   so freeing ``GradFn.out_data`` after backward really frees the saved arrays.
@@ -31,9 +33,8 @@ from gradjit.tracer import tape
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
 from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
-from gradjit.tracer.gradfn import FREED, GradFn, HookHandle
-from gradjit.tracer.deferred import (_ENABLED as _DEFER, _KINDS as _DEFER_KINDS, _loud, _quiet,
-                                     compute_pending)
+from gradjit.tracer.gradfn import FREED, GradFn, HookHandle  # noqa: F401 (GradFn: re-exported)
+from gradjit.tracer.deferred import _ENABLED as _DEFER, _KINDS as _DEFER_KINDS, compute_pending
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled, _state as _modes)
@@ -41,10 +42,13 @@ from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import (LAST_USER_CODE as _LAST_USER_CODE, GradjitError, bind_attrs,
                                      get_op, is_user_code as _is_user_code, user_site,
                                      user_where)
-from gradjit.tracer.tensor_device import DeviceMethods, device_apply
+from gradjit.tracer.tensor_device import DeviceMethods
 from gradjit.tracer.tensor_inplace import InplaceMethods
+from gradjit.tracer import tensor_eager as _eager_mod
+from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
 
-class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
+
+class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
     __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "_ty", "__weakref__")
     _engine = None  # set by gradjit.runtime: the compiled backward
@@ -297,62 +301,6 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
         fn._vbox = t._box   # (also how backward tells it is held: GradFn.held)
         return t
 
-    @classmethod
-    def _eager(cls, op, attrs, inputs, out_types, piece, pending):
-        """``_apply``'s op run at once (not deferred): NumPy now, and a node with the
-        values when recorded."""
-        tok = _quiet()
-        try:
-            res = (op.eager or op.impl)(*[t.data for t in inputs] if pending else
-                                        [t._data for t in inputs], **attrs)
-        finally:
-            _loud(tok)
-        if type(res) is tuple:
-            return cls._finish(op, attrs, inputs, True, [
-                np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)],
-                out_types, piece)
-        out = np.asarray(res).astype(out_types[0][1], copy=False)
-        record = inference = False
-        for t in inputs:
-            record = record or t._requires_grad
-            inference = inference or t._inference
-        if not record or not is_grad_enabled():
-            return Tensor(out)
-        if inference:   # _finish raises torch's error
-            return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
-        fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
-                                     for t in inputs], out_types, [out], user_where(4))
-        fn._key = piece
-        t = _recorded(out, fn)
-        if out.dtype.kind == "f":
-            tape.current().add(fn)
-        else:
-            t.grad_fn, t._requires_grad = None, False
-        fn.versions = [(t._box, 0)]
-        return t
-
-    @classmethod
-    def _finish(cls, op, attrs, ts, on_cpu, outs, out_types, piece=None):
-        """Wrap the results; record a GradFn when grad mode is on and an input needs grad."""
-        record = inference = False
-        for t in ts:
-            record = record or t._requires_grad
-            inference = inference or t._inference
-        if not record or not is_grad_enabled():
-            return _one([Tensor(o) for o in outs])
-        if inference:
-            raise RuntimeError("Inference tensors cannot be saved for backward. To work around you "
-                               "can make a clone to get a normal tensor and use it in autograd.")
-        edges = [(t.grad_fn, t._index) if t.grad_fn is not None else t for t in ts]
-        fn = GradFn(op.name, attrs, edges, out_types, outs, user_site())
-        fn._key = piece
-        res = [Tensor(o, grad_fn=fn, index=i)._mark(dt.kind == "f")
-               for i, (o, (_, dt)) in enumerate(zip(outs, out_types))]
-        fn.versions = [(t._box, 0) for t in res]
-        if on_cpu and any(t.grad_fn is not None for t in res):
-            tape.current().add(fn)
-        return _one(res)
-
     def clone(self):
         return self + np.zeros((), self.dtype) if self._requires_grad else Tensor(self.data.copy())
 
@@ -365,6 +313,7 @@ class Tensor(InplaceMethods, DeviceMethods, ArrayOps):
 
 
 _replay.Tensor = Tensor
+_eager_mod.Tensor = Tensor
 def _recorded(data, fn):
     """``Tensor(data, grad_fn=fn)`` (requires_grad set when ``fn`` is given) without the
     general constructor (a fifth of its cost): the recording and backward hot paths."""
@@ -381,6 +330,7 @@ def _recorded(data, fn):
     return t
 
 
+_eager_mod.recorded = _recorded
 _NEW = object.__new__
 
 
@@ -400,27 +350,6 @@ def plain_tensor(data):
     t._inference = _modes.inference
     t._ty = None
     return t
-
-
-def _compute(op_name, inputs, attrs):
-    """Run an op the general way: any inputs, any device. Returns ``_finish``'s arguments."""
-    op = get_op(op_name)
-    attrs = bind_attrs(op, attrs)
-    ts = [x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in inputs]
-    on_device = device_apply(Tensor, op, op_name, ts, attrs)
-    if on_device is not None:
-        return (op, attrs, ts, False) + tuple(on_device)
-    arrays = [t.data for t in ts]
-    out_types = op.infer(arrays, attrs)
-    with np.errstate(all="ignore"):
-        res = (op.eager or op.impl)(*arrays, **attrs)
-    res = res if isinstance(res, tuple) else (res,)
-    outs = [np.asarray(r).astype(dt, copy=False) for r, (_, dt) in zip(res, out_types)]
-    return op, attrs, ts, True, outs, out_types
-
-
-def _one(xs):
-    return xs[0] if len(xs) == 1 else tuple(xs)
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):
