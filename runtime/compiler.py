@@ -31,9 +31,7 @@ import contextlib
 import fcntl
 import gc
 import hashlib
-import importlib.util
 import os
-import sys
 import time
 import warnings
 
@@ -48,6 +46,7 @@ from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
+from gradjit.tracer.gensrc import cache_dir, import_file as _import  # noqa: F401 (re-exported)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level, load_links, save_links
 from gradjit.tracer.interp import interpret
 
@@ -67,15 +66,6 @@ def reset_stats():
         plans.STATS[k] = 0
 
 
-def cache_dir():
-    d = os.environ.get("GRADJIT_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "gradjit")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 @contextlib.contextmanager
 def file_lock(path):
     with open(path, "a+") as f:
@@ -84,17 +74,6 @@ def file_lock(path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _import(path, name):
-    mod = sys.modules.get(name)
-    if mod is not None:
-        return mod
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # before exec: Numba's cache must see a real module
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _numba_type(v):

@@ -18,7 +18,8 @@ Contract
 - The key is the tape's structural parts plus each leaf's shape, dtype and
   requires_grad, and the environment switches the general plan key holds.
 - A small step that replays (tracer/replay.py) gets this function written out
-  for it once its Replay is made (``_taker``: ``Replay.take``), and
+  for it once its Replay is made (``_taker``: ``Replay.take``; generated
+  source loaded through tracer/gensrc.py), and
   ``Tensor.backward`` calls that first: the same checks and results for the
   usual case (nothing of the step held but the root), one call deep.
 """
@@ -32,7 +33,7 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
-from gradjit.tracer import replay, tape
+from gradjit.tracer import gensrc, replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import plain_tensor
@@ -292,7 +293,7 @@ def _taker(ex, hit):
     if len(_TAKERS) >= 256:
         _TAKERS.clear()
     make = _TAKERS.get(form) or _take_factory(form)
-    return make(ex, exe, feeds, consts, targets, shape, dtype)
+    return make and make(ex, exe, feeds, consts, targets, shape, dtype)
 
 
 def _take_factory(form):
@@ -355,6 +356,7 @@ def _take_factory(form):
     scope = dict(_EPOCH=_EPOCH, _ANOMALY=_ANOMALY, _switches=_switches, getrefcount=getrefcount,
                  ndarray=np.ndarray, array=np.array, asarray=np.asarray,
                  plain_tensor=plain_tensor, STATS=STATS)
-    exec(compile("\n".join(src), f"<gradjit fast backward {n} entries>", "exec"), scope)
-    _TAKERS[form] = scope["make"]
-    return scope["make"]
+    mod = gensrc.load("take", f'"""gradjit generated: the fast backward of {n}-entry steps'
+                      f' of one form."""\n' + "\n".join(src) + "\n", scope)
+    make = _TAKERS[form] = mod and mod.make
+    return make

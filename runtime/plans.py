@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 
 import numpy as np
 
 from gradjit.lowering.codegen_cpu import Generated, generate
 from gradjit.lowering.formulas import default_path
+from gradjit.tracer.gensrc import write_atomic  # noqa: F401 (runtime/ writes through plans)
 
 STATS = {"plan_hits": 0, "plan_misses": 0}
 _CODE = []   # the code hash, computed once per process
@@ -79,18 +79,6 @@ def _read(path):
                          bool(d["parallel"]), tuple(tuple(p) for p in d["packs"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def write_atomic(path, text, replace=False):
-    """Write ``text`` (str, or bytes) to ``path`` through a temporary file and an atomic
-    rename; an existing file is kept unless ``replace`` (generated modules must never be
-    rewritten: their mtime is part of Numba's cache key)."""
-    if os.path.exists(path) and not replace:
-        return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _text(gen):

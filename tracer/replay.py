@@ -22,8 +22,8 @@ Contract
   building or comparing the key.
 - Each matcher is written out for its entry (``_factory``: Python source
   per form, i.e. number of inputs, which of them are leaves and the
-  attribute form, compiled once per form and process; the entry's
-  constants are closed over). Why: the checks are a handful of comparisons
+  attribute form, loaded once per form and process as a module through
+  tracer/gensrc.py; the entry's constants are closed over). Why: the checks are a handful of comparisons
   per input, and one generic matcher's loop over inputs and attribute forms
   cost about as much again.
 - An op that runs at once (not deferred: indexing by labels, say) is
@@ -47,6 +47,7 @@ import weakref
 
 from numpy import ndarray
 
+from gradjit.tracer import gensrc
 from gradjit.tracer.gradfn import GradFn, _seq
 from gradjit.tracer.tape import ADDED, PAUSE_AT, RESUME, _long, attrs_key, fn_key
 
@@ -98,7 +99,8 @@ def build(tp, fns, switches):
             return None
         at += 1 + n_in
     offsets.append(at)
-    return Replay(entries, tuple(parts), tuple(offsets), tuple(tp.types), switches)
+    ex = Replay(entries, tuple(parts), tuple(offsets), tuple(tp.types), switches)
+    return ex if ex.matchers is not None else None
 
 
 def resume(tp):
@@ -127,7 +129,8 @@ def resume(tp):
 def matchers(entries, types):
     """Per entry of the expectation, its matcher ``(tp, op_name, attrs, inputs) -> type
     token or None`` (the module's contract), then one that refuses any op beyond the
-    last. ``types``: the step's leaf types, by slot."""
+    last; None when a form's source cannot be loaded. ``types``: the step's leaf types,
+    by slot."""
     out = []
     for n, (name, akey, hit, refs, one) in enumerate(entries):
         if name is None:   # an entry recorded at once: matched when it is added (``added``)
@@ -136,6 +139,8 @@ def matchers(entries, types):
         form = (tuple(r >= 0 for r in refs), 0 if akey is None else 1 if one else 2,
                 n == PAUSE_AT)
         make = _FACTORIES.get(form) or _factory(form)
+        if make is None:   # (the generated source could not be written: no replay)
+            return None
         out.append(make(name, akey, one, hit, refs, [types[r] if r >= 0 else None
                                                       for r in refs], n))
     out.append(_beyond)
@@ -237,9 +242,10 @@ def _factory(form):
     src += ["        return TY", "    return match"]
     scope = dict(_miss=_miss, _MISSING=_MISSING, attrs_key=attrs_key, Tensor=Tensor,
                  ndarray=ndarray, _NEW=_NEW, GradFn=GradFn, _seq=_seq, _long=_long)
-    exec(compile("\n".join(src), f"<gradjit replay matcher {form}>", "exec"), scope)
-    _FACTORIES[form] = scope["make"]
-    return scope["make"]
+    mod = gensrc.load("match", f'"""gradjit generated: replay matchers of form {form}."""\n'
+                      + "\n".join(src) + "\n", scope)
+    make = _FACTORIES[form] = mod and mod.make
+    return make
 
 
 def _miss(tp, inputs, nl):
