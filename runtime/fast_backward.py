@@ -158,11 +158,15 @@ def _direct(exe, feeds):
                 return None
             spec.append((v, None))
         else:
-            if scalar:   # (a Python float is typed without a look-up: not a NumPy scalar)
-                v = np.asarray(v)[()]
-                v = v.item() if v.dtype == np.float64 else v
-            spec.append((-1, v))
+            spec.append((-1, _scalar(v) if scalar else v))
     return tuple(spec)
+
+
+def _scalar(v):
+    """A 0-d constant as the compiled code takes it: a scalar; float64 as a Python float,
+    which Numba's dispatcher types without a look-up (a NumPy scalar costs one)."""
+    v = np.asarray(v)[()]
+    return v.item() if v.dtype == np.float64 else v
 
 
 def _shared(exe, outs):
@@ -284,9 +288,8 @@ def _taker(ex, hit):
     for (kind, v), scalar in zip(feeds, exe.scalar_in):
         if kind == "in":
             spec.append((v, scalar))
-        else:   # (0-d: a scalar; float64 as a Python float, typed without a look-up)
-            v = np.asarray(v)[()] if scalar else v
-            consts.append(v.item() if scalar and v.dtype == np.float64 else v)
+        else:
+            consts.append(_scalar(v) if scalar else v)
             spec.append((-1, len(consts) - 1))
     form = (tuple(e[0] is None for e in ex.entries), n_leaves, tuple(spec),
             tuple((slot, shared, dt is not None) for slot, shared, dt in targets))
