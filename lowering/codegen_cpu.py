@@ -3,8 +3,9 @@
 Contract
 - ``generate(graph) -> Generated(source, consts, parallel)``. The module
   defines ``entry(<one arg per graph input>, consts)`` decorated
-  ``@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)``
-  returning a tuple of the graph outputs (Python and ``@njit`` code call it as a
+  ``@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True,
+  pipeline_class=pl.Lean)`` (Numba's passes less those generated code never needs:
+  lowering/pipeline_cpu.py) returning a tuple of the graph outputs (Python and ``@njit`` code call it as a
   dispatcher; the C-callable wrapper, which only Numba's first-class function
   types use, was 6% of a W4 module's optimised IR: cold compile -12 ms). 0-d
   values are scalars (arguments, locals, results); the runtime converts at the
@@ -495,6 +496,7 @@ def generate(graph, name="entry", pack_inputs=False):
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
     if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
+    e.imports.add("from gradjit.lowering import pipeline_cpu as pl")   # (Numba's passes it runs)
     header = [
         f'"""gradjit generated module: {len(graph.nodes)} IR nodes, graph {graph.name!r}."""',
         "import math",
@@ -509,7 +511,8 @@ def generate(graph, name="entry", pack_inputs=False):
         *(["CODEGEN_OPT = 0"] if fast_codegen(steps) and not e.parallel else []),
         "",
         "",
-        f'@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True{", parallel=True" if e.parallel else ""})',
+        f'@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, '
+        f'pipeline_class=pl.Lean{", parallel=True" if e.parallel else ""})',
         f"def {name}({args}):",
     ]
     body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]

@@ -108,7 +108,7 @@ class Outliner:
             opts = ', parallel=True' if parallel else ''
             # Called only from the entry: no Python or C wrapper to compile, no cache entry.
             src = [f'@numba.njit(error_model="numpy", no_cpython_wrapper=True, '
-                   f'no_cfunc_wrapper=True{opts})',
+                   f'no_cfunc_wrapper=True, pipeline_class=pl.Lean{opts})',
                    f"def {name}({', '.join(ins + consts)}):", *body(),
                    f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"]
             entry = self._funcs[key] = (name, "\n".join(src))

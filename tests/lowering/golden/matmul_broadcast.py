@@ -6,15 +6,17 @@ import numpy as np
 from numba import prange
 from gradjit.lowering import alloc_cpu as al
 from gradjit.lowering import blas_cpu as bl
+from gradjit.lowering import pipeline_cpu as pl
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 # gradjit.lowering.alloc_cpu <sha>
 # gradjit.lowering.blas_cpu <sha>
+# gradjit.lowering.pipeline_cpu <sha>
 # gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
+@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
 def entry(v0, v1, v2, consts):
     if v0.shape != (4, 8) or v1.shape != (8, 3) or v2.shape != (3,):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')

@@ -4,12 +4,14 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from gradjit.lowering import pipeline_cpu as pl
+# gradjit.lowering.pipeline_cpu <sha>
 # gradjit.lowering.boxing_cpu <sha>
 
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
+@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
 def entry(v0, v1, consts):
     # loop over (): %2, %3, %4
     t2 = v0 * v1  # %2:float64[] = mul.Tensor(%0, %1)
