@@ -11,7 +11,9 @@ Contract
   cache index without one), at the LLVM level the module's ``LLVM_OPT`` names
   and the code-generation level its ``CODEGEN_OPT`` names (runtime/levels.py),
   its result arrays boxed without a Python call each
-  (``lowering/boxing_cpu.py``). Later lazy compiles are disabled so every
+  (``lowering/boxing_cpu.py``), the helpers it calls bound to their loaded code
+  (runtime/links.py: their cached code is loaded first, and a cached entry whose
+  helpers cannot be is compiled again). Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
   most of a warm process's first-gradient time.
@@ -47,7 +49,8 @@ from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import plans
 from gradjit.tracer.gensrc import cache_dir, import_file as _import  # noqa: F401 (re-exported)
-from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level, load_links, save_links
+from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
+from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
 from gradjit.tracer.interp import interpret
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
@@ -98,17 +101,20 @@ def load(source, signature, name="entry"):
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
-        level = getattr(mod, "CODEGEN_OPT", None)
-        if level is not None:   # (helpers first: runtime/levels.py)
-            links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
-            load_links(links, _load_cached)
-        if not _load_cached(disp, signature):
+        # The helpers its code calls first (runtime/links.py): without them, its cached
+        # code must not be loaded.
+        links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
+        ready = load_links(links, _load_cached)
+        if not (ready and _load_cached(disp, signature)):
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
-                  codegen_level(level), env_boxing()):
+                  codegen_level(getattr(mod, "CODEGEN_OPT", None)), shared_helpers(),
+                  env_boxing()):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
-                disp.compile(signature)
-            if level is not None:
-                save_links(disp, signature, links)
+                if ready:
+                    disp.compile(signature)
+                else:
+                    compile_fresh(disp, signature)
+            save_links(disp, signature, links)
         disp.disable_compile()
         if sum(disp.stats.cache_hits.values()) > hits:
             STATS["disk_hits"] += 1

@@ -12,12 +12,7 @@ Contract
 - A ``NUMBA_OPT`` the user set wins over both.
 - Both swap process state for the block under Numba's compiler lock, so no other
   thread's compile sees it, and restore it on the way out (also on errors).
-- ``STATS["emitted"]`` counts the objects emitted here, ``STATS["linked"]`` the helper
-  overloads ``load_links`` loaded (tests read both).
-- ``save_links(disp, signature, path)`` (after a level-0 compile) records the helpers
-  whose code the compiled entry carries; ``load_links(path, load)`` (before its cached
-  code is loaded in another process) loads those helpers first, with ``load``
-  (runtime/compiler.py's ``_load_cached``). See "Helpers" below.
+- ``STATS["emitted"]`` counts the objects emitted here (tests read it).
 
 Why a code-generation level: Numba makes one target machine for its JIT, at its
 level, and every module's machine code comes from it. At level 0 LLVM selects
@@ -37,31 +32,21 @@ afterwards the library keeps it as its compiled object, so Numba's disk cache
 stores it. Where Numba's internals differ, nothing is hooked and Numba's level
 applies.
 
-Helpers: the entry's object also carries copies of the cached helpers it calls and
-did not inline (``blas_cpu.smm``, ``ger``, ...; Numba links every callee in), made at
-level 0 with the rest, where their loops are slow. Where the helper's own
-code is already loaded, the JIT binds the calls to it (the copies are weak symbols): so
-it is in the compiling process, whose compile loaded the helpers, but not in another
-process that loads the entry from the disk cache, unless something loaded the helpers
-first (the RNN: 142 us per gradient, 193 us without). Hence the link records. Without
-a record, or when a helper's cached code is gone, the entry runs its own copies: the
-same results, a little slower.
+Helpers the entry calls (``blas_cpu.smm``, ``ger`` ...) are not copied into its object
+when their code is already loaded (runtime/links.py); where they are, the copies are
+made at level 0 with the rest.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
-import pickle
-import types
 
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 
-from gradjit.runtime import plans
 
 GENERATED = "gradjit_gen_"   # name prefix of generated modules (runtime/compiler.py imports them)
-STATS = {"emitted": 0, "linked": 0}
+STATS = {"emitted": 0}
 _LEVEL = [None]   # the code-generation level of the block being compiled, else None
 _MACHINES = {}    # level -> target machine
 
@@ -113,7 +98,8 @@ def _machine(codegen, level):
     return tm
 
 
-def _ours(library):
+def generated_library(library):
+    """Whether ``library`` defines a function of a gradjit generated module."""
     return any(GENERATED in f.name for f in library._final_module.functions
                if not f.is_declaration)
 
@@ -121,50 +107,13 @@ def _ours(library):
 def _finalize_specific(self):
     level = _LEVEL[0]
     if (level is None or not self._object_caching_enabled or self._compiled
-            or self._compiled_object is not None or not _ours(self)):
+            or self._compiled_object is not None or not generated_library(self)):
         return _ORIGINAL(self)
     obj = _machine(self._codegen, level).emit_object(self._final_module)
     STATS["emitted"] += 1
     self._compiled_object = obj   # what the JIT's object cache hands it (not compiled)
     _ORIGINAL(self)
     self._compiled, self._compiled_object = True, obj   # (the cache took it): for saving
-
-
-def save_links(disp, signature, path):
-    """Record (module, function, argument types) of each helper overload whose function
-    the compiled ``signature`` of ``disp`` still calls (not inlined): a pickle at ``path``.
-    The helpers are the dispatchers of the gradjit.lowering modules the generated module
-    imports (``bl``, ``al``, ``fm`` ...)."""
-    try:
-        from numba.core.registry import CPUDispatcher
-        cres = disp.overloads[tuple(signature)]
-        kept = {f.name for f in cres.library._final_module.functions if not f.is_declaration}
-        links = []
-        mods = {m.__name__: m for m in disp.py_func.__globals__.values()
-                if isinstance(m, types.ModuleType) and m.__name__.startswith("gradjit.lowering.")}
-        for name, mod in mods.items():
-            for fname, helper in vars(mod).items():
-                if isinstance(helper, CPUDispatcher):
-                    links += [(name, fname, args) for args, c in helper.overloads.items()
-                              if c.fndesc.mangled_name in kept]
-        plans.write_atomic(path, pickle.dumps(links), replace=True)
-    except Exception:   # noqa: BLE001 - a missing record costs speed, never correctness
-        return
-
-
-def load_links(path, load):
-    """Load the helper overloads recorded at ``path`` (see ``save_links``) with
-    ``load(dispatcher, argument types)``; nothing when there is no readable record."""
-    try:
-        with open(path, "rb") as f:
-            links = pickle.load(f)
-        for module, fname, args in links:
-            if not module.startswith("gradjit.lowering."):   # (only helpers are recorded)
-                continue
-            if load(getattr(importlib.import_module(module), fname), args):
-                STATS["linked"] += 1
-    except Exception:   # noqa: BLE001 - the entry then runs its own copies of them
-        return
 
 
 def _install():

@@ -1,0 +1,144 @@
+"""Helpers a generated entry calls are bound to their loaded code, not copied into it
+(runtime/links.py); a cached entry whose helpers cannot be loaded is compiled again.
+
+Read from counters, the compiled libraries' symbols and results, never from clocks.
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+
+import gradjit as gj
+from gradjit.runtime import compiler, links
+
+
+def _rnn(Wx, Wh, b, h, *xs):
+    for x in xs:
+        h = np.tanh(x @ Wx + h @ Wh + b)
+    return (h * h).sum()
+
+
+def _rnn_args(rng, T=30):
+    return ([rng.normal(size=(3, 4)) / 2, rng.normal(size=(4, 4)) / 3, rng.normal(size=4),
+             rng.normal(size=(1, 4))] + [rng.normal(size=(1, 3)) for _ in range(T)])
+
+
+def _helper_symbols():
+    from gradjit.lowering import blas_cpu
+    return {c.fndesc.mangled_name for d in (blas_cpu.smm, blas_cpu.ger, blas_cpu.outer)
+            for c in d.overloads.values()}
+
+
+def _defined(module):
+    return {f.name for f in module.functions if not f.is_declaration}
+
+
+def test_called_helpers_stay_out_of_the_entry_and_in_what_callers_link(rng, monkeypatch):
+    args = _rnn_args(rng, T=31)   # (a length no other test compiles: a fresh compile)
+    before = links.STATS["shared"]
+    opt = gj.grad(_rnn, argnums=(0, 1, 2)).graphs(*args)[1]   # (compiles it)
+    exe = compiler.compile_graph(opt)
+    assert links.STATS["shared"] - before >= 2   # smm and ger at least
+    lib = exe.fn.overloads[next(iter(exe.fn.overloads))].library
+    helpers = _helper_symbols()
+    assert not helpers & _defined(lib._final_module)          # called, not carried
+    assert helpers & {f.name for f in lib._final_module.functions}
+    assert helpers & _defined(lib._get_module_for_linking())  # a caller gets them back
+    got = exe(list(args))
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    want = compiler.compile_graph(opt)(list(args))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_a_users_njit_caller_carries_the_helpers_it_needs(rng):
+    args = _rnn_args(rng, T=3)
+    opt = gj.grad(_rnn, argnums=(0, 1, 2)).graphs(*args)[1]
+    exe = compiler.compile_graph(opt)
+    entry = exe.fn
+    assert entry.py_func.__code__.co_argcount == len(args) + 1   # (the arrays, consts)
+
+    @numba.njit
+    def twice(a0, a1, a2, a3, a4, a5, a6, consts):
+        return entry(a0, a1, a2, a3, a4, a5, a6, consts)[0] * 2.0
+
+    got = twice(*args, exe.consts)
+    np.testing.assert_allclose(got, 2.0 * exe(list(args))[0], rtol=1e-13)
+    user = twice.overloads[next(iter(twice.overloads))].library._final_module
+    declared_only = {f.name for f in user.functions if f.is_declaration}
+    assert _helper_symbols() and not _helper_symbols() & declared_only
+
+
+_CHILD = textwrap.dedent("""
+    import json, numpy as np, gradjit as gj
+    from gradjit.runtime import links
+    rng = np.random.default_rng(0)
+    Wx, Wh, b, h = rng.normal(size=(3, 4)) / 2, rng.normal(size=(4, 4)) / 3, rng.normal(size=4), rng.normal(size=(1, 4))
+    xs = [rng.normal(size=(1, 3)) for _ in range(40)]
+    def rnn(Wx, Wh, b, h, *xs):
+        for x in xs:
+            h = np.tanh(x @ Wx + h @ Wh + b)
+        return (h * h).sum()
+    g = gj.grad(rnn, argnums=(0, 1, 2))(Wx, Wh, b, h, *xs)
+    print(json.dumps({"stats": gj.stats(), "links": links.STATS, "g": [a.tolist() for a in g]}))
+""")
+
+
+def _child(cache):
+    env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache))
+    for k in ("GRADJIT_EXECUTOR", "NUMBA_OPT"):
+        env.pop(k, None)
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path):
+    first = _child(tmp_path)
+    assert first["stats"]["compiles"] == 1 and first["links"]["shared"] >= 2
+    (record,) = tmp_path.glob("gj_*.links")
+    recorded = pickle.loads(record.read_bytes())
+    needed = [r for r in recorded if r[3] is not None]
+    assert {("gradjit.lowering.blas_cpu", "ger"), ("gradjit.lowering.blas_cpu", "smm")} <= \
+        {(m, f) for m, f, _, _ in needed}
+    # a fresh process: the helpers load first, then the entry's cached code
+    second = _child(tmp_path)
+    assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
+    assert second["links"]["linked"] >= len(needed) and second["g"] == first["g"]
+    # without the record nothing says which helpers the cached code calls: compiled again
+    # (had its cached code been loaded, its calls would not resolve and the process end)
+    record.unlink()
+    third = _child(tmp_path)
+    assert third["stats"]["compiles"] == 1 and third["g"] == first["g"]
+    # a helper whose code here is not what the entry calls (another symbol): compiled again
+    m, f, a, _ = needed[0]
+    stale = [r for r in pickle.loads(record.read_bytes()) if r[:2] != (m, f)]
+    record.write_bytes(pickle.dumps(stale + [(m, f, a, "no_such_symbol")]))
+    fourth = _child(tmp_path)
+    assert fourth["stats"]["compiles"] == 1 and fourth["g"] == first["g"]
+    fifth = _child(tmp_path)   # (the fourth wrote a good record again)
+    assert fifth["stats"]["compiles"] == 0 and fifth["g"] == first["g"]
+
+
+def test_a_missing_unreadable_or_foreign_record_is_not_ready(tmp_path):
+    calls = []
+    load = lambda d, a: calls.append(d)   # noqa: E731
+    assert links.load_links(str(tmp_path / "none.links"), load) is False
+    bad = tmp_path / "bad.links"
+    bad.write_bytes(b"not a pickle")
+    assert links.load_links(str(bad), load) is False
+    gone = tmp_path / "gone.links"
+    gone.write_bytes(pickle.dumps([("gradjit.lowering.no_such_module", "f", (), "sym")]))
+    assert links.load_links(str(gone), load) is False
+    old = tmp_path / "old.links"   # (a record of another layout)
+    old.write_bytes(pickle.dumps([("gradjit.lowering.blas_cpu", "ger", ())]))
+    assert links.load_links(str(old), load) is False
+    foreign = tmp_path / "foreign.links"
+    foreign.write_bytes(pickle.dumps([("os", "path", (), None)]))
+    assert links.load_links(str(foreign), load) is True   # nothing needed, nothing loaded
+    assert calls == []
