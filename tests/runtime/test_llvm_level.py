@@ -64,6 +64,32 @@ def test_a_users_numba_opt_wins(levels, monkeypatch):
     assert max(levels) == int(numba_config.OPT)
 
 
+@pytest.fixture
+def function_passes(monkeypatch):
+    """Per module Numba runs its function passes on: whether it defines generated code."""
+    from gradjit.runtime import levels as lv
+    seen, real = [], lv._ORIGINAL_FUNCTION_PASSES
+    if real is None:
+        pytest.skip("this Numba has no per-module function passes to skip")
+
+    def spy(lib, module):
+        seen.append(any(lv.GENERATED in f.name for f in module.functions if not f.is_declaration))
+        return real(lib, module)
+    monkeypatch.setattr(lv, "_ORIGINAL_FUNCTION_PASSES", spy)
+    return seen
+
+
+def test_level_one_modules_skip_the_function_passes(function_passes, monkeypatch):
+    monkeypatch.delenv("NUMBA_OPT", raising=False)
+    _compile(1)
+    assert True not in function_passes
+    _compile(3)
+    assert True in function_passes   # (the module passes after linking are level 3's)
+    function_passes.clear()
+    _compile(None)
+    assert True in function_passes
+
+
 def test_level_restored_when_the_compile_fails(monkeypatch):
     monkeypatch.delenv("NUMBA_OPT", raising=False)
     before = numba_config.OPT
