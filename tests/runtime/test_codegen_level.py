@@ -2,11 +2,6 @@
 
 Read from counters (objects emitted at the module's level) and results, never from clocks.
 """
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import uuid
 
 import numpy as np
@@ -15,6 +10,7 @@ import pytest
 import gradjit as gj
 from gradjit.lowering import codegen_cpu
 from gradjit.runtime import compiler, levels, plans
+from tests.runtime.rnn_child import rnn_child
 
 
 def _source(level, extra_import=""):
@@ -61,35 +57,10 @@ def test_helpers_first_compiled_inside_keep_numbas_level(tmp_path, monkeypatch):
     assert _emitted(src) == 1   # the entry's library only
 
 
-_CHILD = textwrap.dedent("""
-    import json, numpy as np, gradjit as gj
-    from gradjit.runtime import levels
-    rng = np.random.default_rng(0)
-    Wx, Wh, b, h = rng.normal(size=(3, 4)) / 2, rng.normal(size=(4, 4)) / 3, rng.normal(size=4), rng.normal(size=(1, 4))
-    xs = [rng.normal(size=(1, 3)) for _ in range(40)]
-    def rnn(Wx, Wh, b, h, *xs):
-        for x in xs:
-            h = np.tanh(x @ Wx + h @ Wh + b)
-        return (h * h).sum()
-    g = gj.grad(rnn, argnums=(0, 1, 2))(Wx, Wh, b, h, *xs)
-    print(json.dumps({"stats": gj.stats(), "emitted": levels.STATS["emitted"],
-                      "g": [a.tolist() for a in g]}))
-""")
-
-
-def _child(cache):
-    env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache))
-    for k in ("GRADJIT_EXECUTOR", "NUMBA_OPT"):
-        env.pop(k, None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
-                         text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def test_level_zero_code_is_cached_for_a_fresh_process(tmp_path):
-    first = _child(tmp_path)
+    first = rnn_child(tmp_path)
     assert first["stats"]["compiles"] == 1 and first["emitted"] >= 1
-    second = _child(tmp_path)
+    second = rnn_child(tmp_path)
     assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
     assert second["emitted"] == 0 and second["g"] == first["g"]
 

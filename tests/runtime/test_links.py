@@ -3,18 +3,14 @@
 
 Read from counters, the compiled libraries' symbols and results, never from clocks.
 """
-import json
-import os
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import numba
 import numpy as np
 
 import gradjit as gj
 from gradjit.runtime import compiler, links
+from tests.runtime.rnn_child import rnn_child
 
 
 def _rnn(Wx, Wh, b, h, *xs):
@@ -74,32 +70,8 @@ def test_a_users_njit_caller_carries_the_helpers_it_needs(rng):
     assert _helper_symbols() and not _helper_symbols() & declared_only
 
 
-_CHILD = textwrap.dedent("""
-    import json, numpy as np, gradjit as gj
-    from gradjit.runtime import links
-    rng = np.random.default_rng(0)
-    Wx, Wh, b, h = rng.normal(size=(3, 4)) / 2, rng.normal(size=(4, 4)) / 3, rng.normal(size=4), rng.normal(size=(1, 4))
-    xs = [rng.normal(size=(1, 3)) for _ in range(40)]
-    def rnn(Wx, Wh, b, h, *xs):
-        for x in xs:
-            h = np.tanh(x @ Wx + h @ Wh + b)
-        return (h * h).sum()
-    g = gj.grad(rnn, argnums=(0, 1, 2))(Wx, Wh, b, h, *xs)
-    print(json.dumps({"stats": gj.stats(), "links": links.STATS, "g": [a.tolist() for a in g]}))
-""")
-
-
-def _child(cache):
-    env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache))
-    for k in ("GRADJIT_EXECUTOR", "NUMBA_OPT"):
-        env.pop(k, None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
-                         text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path):
-    first = _child(tmp_path)
+    first = rnn_child(tmp_path)
     assert first["stats"]["compiles"] == 1 and first["links"]["shared"] >= 2
     (record,) = tmp_path.glob("gj_*.links")
     recorded = pickle.loads(record.read_bytes())
@@ -107,21 +79,21 @@ def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path):
     assert {("gradjit.lowering.blas_cpu", "ger"), ("gradjit.lowering.blas_cpu", "smm")} <= \
         {(m, f) for m, f, _, _ in needed}
     # a fresh process: the helpers load first, then the entry's cached code
-    second = _child(tmp_path)
+    second = rnn_child(tmp_path)
     assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
     assert second["links"]["linked"] >= len(needed) and second["g"] == first["g"]
     # without the record nothing says which helpers the cached code calls: compiled again
     # (had its cached code been loaded, its calls would not resolve and the process end)
     record.unlink()
-    third = _child(tmp_path)
+    third = rnn_child(tmp_path)
     assert third["stats"]["compiles"] == 1 and third["g"] == first["g"]
     # a helper whose code here is not what the entry calls (another symbol): compiled again
     m, f, a, _ = needed[0]
     stale = [r for r in pickle.loads(record.read_bytes()) if r[:2] != (m, f)]
     record.write_bytes(pickle.dumps(stale + [(m, f, a, "no_such_symbol")]))
-    fourth = _child(tmp_path)
+    fourth = rnn_child(tmp_path)
     assert fourth["stats"]["compiles"] == 1 and fourth["g"] == first["g"]
-    fifth = _child(tmp_path)   # (the fourth wrote a good record again)
+    fifth = rnn_child(tmp_path)   # (the fourth wrote a good record again)
     assert fifth["stats"]["compiles"] == 0 and fifth["g"] == first["g"]
 
 
