@@ -101,8 +101,8 @@ def load(source, signature, name="entry"):
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
-        # The helpers its code calls first (runtime/links.py): without them, its cached
-        # code must not be loaded.
+        # The helpers its code calls load first (runtime/links.py); where they cannot,
+        # its cached code must not be loaded (its calls would not resolve): compile it.
         links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
         ready = load_links(links, _load_cached)
         if not (ready and _load_cached(disp, signature)):

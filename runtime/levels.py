@@ -36,9 +36,9 @@ afterwards the library keeps it as its compiled object, so Numba's disk cache
 stores it. Where Numba's internals differ, nothing is hooked and Numba's level
 applies.
 
-Helpers the entry calls (``blas_cpu.smm``, ``ger`` ...) are not copied into its object
-when their code is already loaded (runtime/links.py); where they are, the copies are
-made at level 0 with the rest.
+Helpers the entry calls (``blas_cpu.smm``, ``ger`` ...) whose code is already loaded
+are not copied into its object (runtime/links.py); copies of any others are made at
+level 0 with the rest.
 """
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ import os
 
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
-
 
 GENERATED = "gradjit_gen_"   # name prefix of generated modules (runtime/compiler.py imports them)
 STATS = {"emitted": 0}
@@ -104,10 +103,14 @@ def _machine(codegen, level):
     return tm
 
 
+def defines_generated(module):
+    """Whether the LLVM ``module`` defines a function of a gradjit generated module."""
+    return any(GENERATED in f.name for f in module.functions if not f.is_declaration)
+
+
 def generated_library(library):
-    """Whether ``library`` defines a function of a gradjit generated module."""
-    return any(GENERATED in f.name for f in library._final_module.functions
-               if not f.is_declaration)
+    """Whether Numba's code ``library`` defines a function of a gradjit generated module."""
+    return defines_generated(library._final_module)
 
 
 def _finalize_specific(self):
@@ -140,8 +143,7 @@ _ORIGINAL = _install()
 
 
 def _optimize_functions(self, ll_module):
-    if _SKIP_FUNCTION_PASSES[0] and any(GENERATED in f.name for f in ll_module.functions
-                                        if not f.is_declaration):
+    if _SKIP_FUNCTION_PASSES[0] and defines_generated(ll_module):
         ll_module.data_layout = self._codegen._data_layout   # (what Numba's pass sets too)
         return
     _ORIGINAL_FUNCTION_PASSES(self, ll_module)
