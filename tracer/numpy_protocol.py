@@ -8,9 +8,9 @@ supported list and the user's line; nothing silently falls back to NumPy.
 """
 from __future__ import annotations
 
-import numpy as np
+import sys
 
-from scipy import special
+import numpy as np
 
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul, where
 from gradjit.tracer.methods_math import binop
@@ -19,10 +19,21 @@ from gradjit.tracer.registry import GradjitError, user_site
 
 def array_ufunc(ufunc, method, inputs, kwargs):
     fn = _UFUNCS.get(ufunc)
+    if fn is None and _scipy_ufuncs():
+        fn = _UFUNCS.get(ufunc)
     if method != "__call__" or fn is None or kwargs:
-        _unsupported(f"np.{ufunc.__name__}" + (f".{method}" if method != "__call__" else "")
+        _unsupported(_ufunc_name(ufunc) + (f".{method}" if method != "__call__" else "")
                      + (f" with {sorted(kwargs)}" if kwargs else ""))
     return fn(*inputs)
+
+
+def _ufunc_name(ufunc):
+    """How the caller spelled ``ufunc``: ``np.exp``, ``scipy.special.gamma``, else its name."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return f"np.{name}"
+    special = sys.modules.get("scipy.special")
+    return f"scipy.special.{name}" if getattr(special, name, None) is ufunc else name
 
 
 def array_function(func, args, kwargs):
@@ -77,17 +88,34 @@ _UFUNCS.update({f: _method(m) for f, m in [
     (np.arctan, "atan"), (np.sinh, "sinh"), (np.cosh, "cosh"), (np.arcsinh, "asinh"),
     (np.arccosh, "acosh"), (np.arctanh, "atanh"), (np.floor, "floor"), (np.ceil, "ceil"),
     (np.rint, "round"), (np.trunc, "trunc"), (np.square, "square"), (np.deg2rad, "deg2rad"),
-    (np.rad2deg, "rad2deg"), (np.radians, "deg2rad"), (np.degrees, "rad2deg"), (special.erf, "erf"), (special.erfc, "erfc"),
-    (special.erfinv, "erfinv"), (special.gammaln, "lgamma"), (special.psi, "digamma"),
-    (special.expit, "sigmoid"), (special.logit, "logit"),
+    (np.rad2deg, "rad2deg"), (np.radians, "deg2rad"), (np.degrees, "rad2deg"),
 ]})
 _UFUNCS.update({f: (lambda op: lambda a, b: binop(op, a, b))(op) for f, op in [
     (np.arctan2, "atan2.default"), (np.hypot, "hypot.default"), (np.maximum, "maximum.default"),
     (np.minimum, "minimum.default"), (np.fmax, "fmax.default"), (np.fmin, "fmin.default"),
     (np.fmod, "fmod.Tensor"), (np.remainder, "remainder.Tensor"),
     (np.copysign, "copysign.Tensor"), (np.logaddexp, "logaddexp.default"),
-    (np.logaddexp2, "logaddexp2.default"), (special.xlogy, "xlogy.Tensor"),
+    (np.logaddexp2, "logaddexp2.default"),
 ]})
+# scipy.special's ufuncs, by name: added to the table the first time a ufunc call misses
+# it while scipy.special is imported (a caller can only pass one of them after importing
+# it; gradjit does not import SciPy itself: tracer/lazy_scipy.py).
+_SCIPY_UNARY = [("erf", "erf"), ("erfc", "erfc"), ("erfinv", "erfinv"), ("gammaln", "lgamma"),
+                ("psi", "digamma"), ("expit", "sigmoid"), ("logit", "logit")]
+_SCIPY_BINARY = [("xlogy", "xlogy.Tensor")]
+_SCIPY_ADDED = [False]
+
+
+def _scipy_ufuncs():
+    """Add scipy.special's ufuncs to the table if it is imported now; True if added."""
+    special = sys.modules.get("scipy.special")
+    if _SCIPY_ADDED[0] or special is None:
+        return False
+    _SCIPY_ADDED[0] = True
+    _UFUNCS.update({getattr(special, f): _method(m) for f, m in _SCIPY_UNARY})
+    _UFUNCS.update({getattr(special, f): (lambda op: lambda a, b: binop(op, a, b))(op)
+                    for f, op in _SCIPY_BINARY})
+    return True
 
 
 def _np_reduce(name):
@@ -193,4 +221,5 @@ _FUNCTIONS.update({   # constants of the caller's front end (tracer/creation.py)
     np.empty_like: _np_like("empty"), np.full_like: _np_like("full"),
     np.copy: lambda a, order="K", subok=False: a.clone(),
 })
-_NAMES = {f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
+_NAMES = ({f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
+          | {f for f, _ in _SCIPY_UNARY + _SCIPY_BINARY})

@@ -12,8 +12,8 @@ Contract
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from gradjit.tracer import lazy_scipy
 from gradjit.tracer.registry import ShapeError, defop, user_site
 
 E, R, M, S, C = "elementwise", "reduction", "matmul", "shape", "composite"
@@ -74,7 +74,7 @@ def _recip(x):
 for _name, _fn, _rule in [
     ("exp", np.exp, "float"), ("log", np.log, "float"), ("sin", np.sin, "float"),
     ("cos", np.cos, "float"), ("tanh", np.tanh, "float"), ("sqrt", np.sqrt, "float"),
-    ("sigmoid", special.expit, "float"), ("reciprocal", _recip, "float"),
+    ("sigmoid", lazy_scipy.special("expit"), "float"), ("reciprocal", _recip, "float"),
     ("abs", np.abs, "same"), ("neg", np.negative, "same"), ("sign", np.sign, "same"),
     ("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "same"),
     ("zeros_like", np.zeros_like, "same"), ("ones_like", np.ones_like, "same"),

@@ -23,10 +23,12 @@ Contract
 from __future__ import annotations
 
 import numpy as np
-from scipy import linalg as sla
 
+from gradjit.tracer import lazy_scipy
 from gradjit.tracer.ops import _types_str
 from gradjit.tracer.registry import ShapeError, defop, user_site
+
+_SOLVE_TRIANGULAR = lazy_scipy.linalg("solve_triangular")
 
 K = "kernel"
 
@@ -124,7 +126,7 @@ defop("linalg_cholesky(Tensor self) -> Tensor", K, _same_infer("linalg_cholesky"
 def _tri_solve(a, b, upper, left, unitriangular):
     if not left:   # X A = B  <=>  A^T X^T = B^T
         return _tri_solve(a.T, b.T, not upper, True, unitriangular).T
-    return sla.solve_triangular(a, b, lower=not upper, unit_diagonal=unitriangular)
+    return _SOLVE_TRIANGULAR(a, b, lower=not upper, unit_diagonal=unitriangular)
 
 
 def _tri_infer(types, attrs):

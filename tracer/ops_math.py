@@ -16,10 +16,12 @@ Contract
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from gradjit.tracer.lazy_scipy import special as _special
 from gradjit.tracer.ops import E, broadcast_shapes, elementwise
 from gradjit.tracer.registry import defop
+
+_POLYGAMMA = _special("polygamma")
 
 
 def _rsqrt(x):
@@ -42,13 +44,13 @@ for _name, _fn in [
     ("log1p", np.log1p), ("rsqrt", _rsqrt), ("tan", np.tan), ("asin", np.arcsin),
     ("acos", np.arccos), ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh),
     ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-    ("erf", special.erf), ("erfc", special.erfc), ("erfinv", special.erfinv),
-    ("lgamma", special.gammaln), ("digamma", special.psi),
+    ("erf", _special("erf")), ("erfc", _special("erfc")), ("erfinv", _special("erfinv")),
+    ("lgamma", _special("gammaln")), ("digamma", _special("psi")),
 ]:
     elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "float")
 
 elementwise("logit(Tensor self, float? eps=None) -> Tensor", _logit, "float")
-elementwise("polygamma(int n, Tensor self) -> Tensor", lambda x, n: special.polygamma(n, x),
+elementwise("polygamma(int n, Tensor self) -> Tensor", lambda x, n: _POLYGAMMA(n, x),
             "float")
 
 # -- rounding (dtype kept; gradient zero almost everywhere) -------------------------------

@@ -18,11 +18,13 @@ Contract
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from gradjit.tracer import lazy_scipy
 from gradjit.tracer.ops import (R, C, _axes, _float_only, _minmax_reduced, _reduced_shape,
                                _sum_dtype, reduces_nothing)
 from gradjit.tracer.registry import ShapeError, defop, user_site
+
+_LOGSUMEXP = lazy_scipy.special("logsumexp")
 
 K = "kernel"
 
@@ -45,7 +47,7 @@ def _float_reduced(op):
 
 
 def _logsumexp(x, dim, keepdim):
-    return np.asarray(special.logsumexp(x, axis=_axes(dim), keepdims=keepdim))
+    return np.asarray(_LOGSUMEXP(x, axis=_axes(dim), keepdims=keepdim))
 
 
 defop("logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor", C,
