@@ -90,7 +90,11 @@ _UFUNCS.update({f: _method(m) for f, m in [
     (np.rint, "round"), (np.trunc, "trunc"), (np.square, "square"), (np.deg2rad, "deg2rad"),
     (np.rad2deg, "rad2deg"), (np.radians, "deg2rad"), (np.degrees, "rad2deg"),
 ]})
-_UFUNCS.update({f: (lambda op: lambda a, b: binop(op, a, b))(op) for f, op in [
+def _binary(op):
+    return lambda a, b: binop(op, a, b)
+
+
+_UFUNCS.update({f: _binary(op) for f, op in [
     (np.arctan2, "atan2.default"), (np.hypot, "hypot.default"), (np.maximum, "maximum.default"),
     (np.minimum, "minimum.default"), (np.fmax, "fmax.default"), (np.fmin, "fmin.default"),
     (np.fmod, "fmod.Tensor"), (np.remainder, "remainder.Tensor"),
@@ -113,8 +117,7 @@ def _scipy_ufuncs():
         return False
     _SCIPY_ADDED[0] = True
     _UFUNCS.update({getattr(special, f): _method(m) for f, m in _SCIPY_UNARY})
-    _UFUNCS.update({getattr(special, f): (lambda op: lambda a, b: binop(op, a, b))(op)
-                    for f, op in _SCIPY_BINARY})
+    _UFUNCS.update({getattr(special, f): _binary(op) for f, op in _SCIPY_BINARY})
     return True
 
 
