@@ -63,19 +63,24 @@ def shared_helpers():
             _ACTIVE[0] = old
 
 
+def _helper_overloads(modules):
+    """(module name, function name, dispatcher, argument types, compile result) of every
+    compiled overload of a dispatcher in ``modules`` (name -> gradjit.lowering module)."""
+    from numba.core.registry import CPUDispatcher
+    for name, mod in modules:
+        if name.startswith("gradjit.lowering.") and mod is not None:
+            for fname, helper in vars(mod).items():
+                if isinstance(helper, CPUDispatcher):
+                    for args, c in helper.overloads.items():
+                        yield name, fname, helper, args, c
+
+
 def _called_helpers():
     """library -> (module, function, argument types, symbol) of every compiled overload of
     a gradjit.lowering dispatcher that is called, not inlined (no ``forceinline``)."""
-    from numba.core.registry import CPUDispatcher
-    out = {}
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("gradjit.lowering.") or mod is None:
-            continue
-        for fname, helper in vars(mod).items():
-            if isinstance(helper, CPUDispatcher) and not helper.targetoptions.get("forceinline"):
-                for args, c in helper.overloads.items():
-                    out[c.library] = (name, fname, args, c.fndesc.mangled_name)
-    return out
+    return {c.library: (name, fname, args, c.fndesc.mangled_name)
+            for name, fname, helper, args, c in _helper_overloads(list(sys.modules.items()))
+            if not helper.targetoptions.get("forceinline")}
 
 
 def _finalize(self):
@@ -118,18 +123,14 @@ def _module_for_linking(self):
 
 def save_links(disp, signature, path):
     """Record the helpers the compiled ``signature`` of ``disp`` calls (see above)."""
-    from numba.core.registry import CPUDispatcher
     try:
         lib = disp.overloads[tuple(signature)].library
         links = list(getattr(lib, "_gj_shared", {}).values())
         kept = {f.name for f in lib._final_module.functions if not f.is_declaration}
-        mods = {m.__name__: m for m in disp.py_func.__globals__.values()
-                if isinstance(m, types.ModuleType) and m.__name__.startswith("gradjit.lowering.")}
-        for name, mod in mods.items():
-            for fname, helper in vars(mod).items():
-                if isinstance(helper, CPUDispatcher):
-                    links += [(name, fname, args, None) for args, c in helper.overloads.items()
-                              if c.fndesc.mangled_name in kept]
+        mods = [(m.__name__, m) for m in disp.py_func.__globals__.values()
+                if isinstance(m, types.ModuleType)]
+        links += [(name, fname, args, None) for name, fname, _, args, c in _helper_overloads(mods)
+                  if c.fndesc.mangled_name in kept]
         plans.write_atomic(path, pickle.dumps(links), replace=True)
     except Exception:   # noqa: BLE001 - without a record the next process compiles it again
         return

@@ -314,6 +314,8 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
 
 _replay.Tensor = Tensor
 _eager_mod.Tensor = Tensor
+
+
 def _recorded(data, fn):
     """``Tensor(data, grad_fn=fn)`` (requires_grad set when ``fn`` is given) without the
     general constructor (a fifth of its cost): the recording and backward hot paths."""
