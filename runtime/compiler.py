@@ -47,7 +47,7 @@ from numba.core.runtime import rtsys
 from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import plans
+from gradjit.runtime import blas_probe, plans
 from gradjit.tracer.gensrc import cache_dir, import_file as _import  # noqa: F401 (re-exported)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
 from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
@@ -106,6 +106,7 @@ def load(source, signature, name="entry"):
         links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
         ready = load_links(links, _load_cached)
         if not (ready and _load_cached(disp, signature)):
+            blas_probe.prepare()
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
                   codegen_level(getattr(mod, "CODEGEN_OPT", None)), shared_helpers(),
                   env_boxing()):

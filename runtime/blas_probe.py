@@ -1,0 +1,68 @@
+"""Numba's one-time BLAS probe without importing ``scipy.linalg``.
+
+Contract
+- ``prepare()``: call before gradjit asks Numba to compile. The first time, if
+  Numba's ``numba.np.arraymath`` is not imported yet, it is imported here with a
+  BLAS probe that checks SciPy's ``cython_blas`` extension is on disk (and Numba's
+  LAPACK integer-width guard) instead of importing ``scipy.linalg``. Everything else
+  is Numba's: code that uses BLAS still calls Numba's ``ensure_blas`` when it is
+  compiled (which imports ``scipy.linalg.cython_blas`` and fails clearly if it
+  cannot), and Numba's C helpers import it again when the BLAS call first runs.
+- Where Numba's layout differs, or arraymath is already imported (the user's own
+  ``@njit`` code compiled first), nothing changes.
+
+Why: ``numba.np.arraymath`` asks at import time whether BLAS is available, by
+importing ``scipy.linalg.cython_blas``; that runs ``scipy.linalg``'s package
+``__init__`` (LAPACK wrappers, SciPy's array-API layer, which imports
+``numpy.f2py`` and ``numpy.testing``): about 0.1 s of every process's first
+compile, 15% of the RNN benchmark's cold first gradient, which calls no BLAS
+(its products are ``blas_cpu.smm`` loops). Numba imports arraymath during the
+registry refresh of its first compile, so without this the first gradient of any
+function pays for SciPy's linear algebra whether it uses it or not.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_DONE = [False]
+
+
+def _cython_blas_on_disk():
+    """True when scipy/linalg holds a cython_blas extension module importable here."""
+    spec = importlib.util.find_spec("scipy")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if os.path.isfile(os.path.join(root, "linalg", "cython_blas" + suffix)):
+                return True
+    return False
+
+
+def prepare():
+    """Import ``numba.np.arraymath`` with the on-disk probe (once; see the contract)."""
+    if _DONE[0]:
+        return
+    _DONE[0] = True
+    if "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        from numba.np import linalg
+        original, check_width = linalg.ensure_blas, linalg._check_lapack_int_width
+    except (ImportError, AttributeError):   # another Numba layout: its own probe runs
+        return
+
+    def probe():
+        if not _cython_blas_on_disk():
+            original()   # (raises Numba's ImportError, or imports a SciPy laid out otherwise)
+            return
+        check_width()
+
+    linalg.ensure_blas = probe
+    try:
+        from numba.np import arraymath
+    finally:
+        linalg.ensure_blas = original
+    if getattr(arraymath, "ensure_blas", None) is probe:
+        arraymath.ensure_blas = original
