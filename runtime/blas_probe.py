@@ -27,6 +27,8 @@ import importlib.util
 import os
 import sys
 
+from numba.core.compiler_lock import global_compiler_lock
+
 _DONE = [False]
 
 
@@ -44,9 +46,16 @@ def prepare():
     """Import ``numba.np.arraymath`` with the on-disk probe (once; see the contract)."""
     if _DONE[0]:
         return
-    _DONE[0] = True
-    if "numba.np.arraymath" in sys.modules:
-        return
+    # Numba compiles (and imports arraymath) under this lock: no other thread's compile
+    # can call ensure_blas while the probe stands in for it.
+    with global_compiler_lock:
+        if not _DONE[0]:
+            _DONE[0] = True
+            if "numba.np.arraymath" not in sys.modules:
+                _import_arraymath()
+
+
+def _import_arraymath():
     try:
         from numba.np import linalg
         original, check_width = linalg.ensure_blas, linalg._check_lapack_int_width
