@@ -39,9 +39,10 @@ Contract
   take turns, a ~10 ms batch of calls each per round, within a time budget, so machine
   noise hits them alike. Reported: median and min-max per call, repetitions, and each
   engine's median over gradjit-jit's (> 1: slower than gradjit-jit).
-- Output: markdown tables on stdout, a progress line per cell on stderr, --json the
-  numbers, a PNG bar chart (--png, default bench/results/bench[-quick].png) when
-  matplotlib is importable (optional extra ``bench``).
+- Output: markdown tables on stdout, a progress line per cell on stderr, the numbers as
+  JSON (--json, default bench/results/bench[-quick].json), a PNG bar chart (--png,
+  default bench/results/bench[-quick].png) when matplotlib is importable (optional
+  extra ``bench``).
 - All engines share the timing process, so OMP_WAIT_POLICY defaults to PASSIVE (set before
   any engine loads): otherwise the OpenMP pools of Numba and torch spin after each
   parallel region and steal cores from whichever engine runs next. Set it to override.
@@ -491,7 +492,8 @@ def main(argv=None):
                    "warm processes only for disk-cached engines, --compile-cap 20")
     p.add_argument("--engines", nargs="+", choices=ENGINES, default=ENGINES)
     p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=WORKLOADS)
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--json", metavar="PATH", help="the results as JSON (default "
+                   "bench/results/bench[-quick].json; '' for none)")
     p.add_argument("--png", metavar="PATH", help="bar chart (default bench/results/bench[-quick]"
                    ".png; needs matplotlib; '' for none)")
     p.add_argument("--compile-cap", type=float, metavar="S", help="kill a gradjit cold process "
@@ -548,16 +550,19 @@ def main(argv=None):
     failed = any(str(r.get("status", "")).startswith("FAILED") for r in rows)
     failed |= any(r.get("warm_ok") is False for r in fresh_rows)
     failed |= any("error" in r["cold"] for r in fresh_rows)
-    png = a.png if a.png is not None else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "results",
-        "bench-quick.png" if a.quick else "bench.png")
+    stem = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                        "bench-quick" if a.quick else "bench")
+    png = a.png if a.png is not None else stem + ".png"
     if png and chart(rows, png, a.quick):
         print(f"\nchart: {png}")
     results["total_s"] = time.perf_counter() - started
     print(f"\ntotal bench time {results['total_s']:.0f} s")
-    if a.json:
-        with open(a.json, "w") as f:
+    path = a.json if a.json is not None else stem + ".json"
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
             json.dump(results, f, indent=2)
+        print(f"numbers: {path}")
     return 1 if failed else 0
 
 

@@ -1,0 +1,85 @@
+"""The benchmark harness (bench/run.py) works end to end: gradients checked before
+timing, a wrong engine reported FAILED and not timed, batches sized from warm calls,
+fresh-process rows, and the JSON it writes. No assertion reads a clock's value.
+"""
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+@pytest.fixture()
+def run(monkeypatch):
+    monkeypatch.syspath_prepend(BENCH)   # (run.py imports workloads.py beside it)
+    spec = importlib.util.spec_from_file_location("gj_bench_run", os.path.join(BENCH, "run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_batches_are_sized_from_warm_calls_not_from_the_slow_first_ones(run):
+    order = []
+    first = itertools.count()
+
+    def slow_start():
+        if next(first) < 2:
+            time.sleep(0.05)   # (a first call that loads and compiles)
+        order.append("a")
+
+    got = run.timed({"a": slow_start, "b": lambda: order.append("b")}, budget=0.02,
+                    min_reps=20, max_reps=3000)
+    assert len(got["a"]) >= 20 and len(got["b"]) >= 20
+    timed_order = order[3:]   # (a's warm-up and sizing calls come first)
+    longest = max(len(list(g)) for k, g in itertools.groupby(timed_order) if k == "a")
+    assert longest >= 100   # one call per round was the old sizing's result
+
+
+def test_an_engine_that_disagrees_with_numpy_is_failed_and_not_timed(run, monkeypatch):
+    good = run.MAKERS["numpy"]
+
+    def wrong(name):
+        e = good(name)
+        call = e.call
+        e.call = lambda *a: tuple(g * 1.001 for g in call(*a))
+        return e
+
+    monkeypatch.setitem(run.MAKERS, "numpy", wrong)
+    monkeypatch.setitem(run.BUDGET, "W1", ((0.01, 5, 50), (0.01, 5, 50)))
+    rows = run.bench_workload("W1", ["numpy", "numba"], True, {}, lambda s: None)
+    by = {r["engine"]: r for r in rows}
+    assert by["numpy"]["status"].startswith("FAILED: gradient differs from numpy")
+    assert "median_us" not in by["numpy"]
+    assert by["numba"]["status"] == "ok" and by["numba"]["reps"] >= 5
+
+
+def test_quick_run_end_to_end_writes_tables_and_json(tmp_path):
+    out = tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADJIT_CACHE_DIR", "GRADJIT_EXECUTOR")}
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "run.py"), "--quick", "--engines",
+                        "numpy", "numba", "gradjit-jit", "--workloads", "W1", "--json",
+                        str(out), "--png", ""], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| workload | engine | median µs/call |" in r.stdout
+    assert "| workload | engine | import s | cold: first gradient s |" in r.stdout
+    assert "W1 gradjit-jit: median" in r.stderr   # (the progress line of a cell)
+    res = json.loads(out.read_text())
+    rows = {x["engine"]: x for x in res["rows"]}
+    assert set(rows) == {"numpy", "numba", "gradjit-jit"}
+    for x in rows.values():
+        assert x["status"] == "ok" and x["reps"] >= 50 and x["max_rel_err"] <= 1e-8
+        assert x["min_us"] <= x["median_us"] <= x["max_us"]
+    assert rows["gradjit-jit"]["ratio_vs_gradjit_jit"] == 1.0
+    fresh = {x["engine"]: x for x in res["fresh"]}
+    cold, warm = fresh["gradjit-jit"]["cold"], fresh["gradjit-jit"]["warm"]
+    assert cold["stats"]["compiles"] >= 1 and warm["stats"]["compiles"] == 0
+    assert warm["stats"]["disk_hits"] >= 1 and fresh["gradjit-jit"]["warm_ok"] is True
+    assert np.isfinite(cold["first_grad_s"]) and "warm" in fresh["numba"]
