@@ -36,8 +36,8 @@ Contract
   two warm-up calls, runs one gradient and reports VmHWM - VmRSS-before: the extra
   resident memory of one call, outputs included. Linux only (else "n/a").
 - Timing (phase 2, one process): the first call and two warm-up calls, then the engines
-  take turns, a ~10 ms batch of calls each per round, within a time budget, so machine
-  noise hits them alike. Reported: median and min-max per call, repetitions, and each
+  take turns, a ~10 ms batch of calls each per round (sized from one more, warm, call),
+  within a time budget, so machine noise hits them alike. Reported: median and min-max per call, repetitions, and each
   engine's median over gradjit-jit's (> 1: slower than gradjit-jit).
 - Output: markdown tables on stdout, a progress line per cell on stderr, the numbers as
   JSON (--json, default bench/results/bench[-quick].json), a PNG bar chart (--png,
@@ -337,8 +337,8 @@ def timed(fns, budget, min_reps, max_reps):
     for k, fn in fns.items():
         for _ in range(2):                     # warm-up: first calls load, compile, allocate
             fn()
-        t0 = time.perf_counter()               # the batch from a warm call: from the warm-up
-        fn()                                   # calls it was 1 call for most W1 engines
+        t0 = time.perf_counter()               # sized from a warm call (sized from the
+        fn()                                   # warm-up, most W1 engines got 1 call a round)
         batch[k] = int(min(max(0.01 / (time.perf_counter() - t0), 1), 1000))
     times = {k: [] for k in fns}
     end = time.perf_counter() + budget * len(fns)

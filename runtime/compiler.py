@@ -13,7 +13,9 @@ Contract
   its result arrays boxed without a Python call each
   (``lowering/boxing_cpu.py``), the helpers it calls bound to their loaded code
   (runtime/links.py: their cached code is loaded first, and a cached entry whose
-  helpers cannot be is compiled again). Later lazy compiles are disabled so every
+  helpers cannot be is compiled again). Before gradjit's first compile Numba's BLAS
+  probe is answered without importing ``scipy.linalg`` (runtime/blas_probe.py).
+  Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
   most of a warm process's first-gradient time.
