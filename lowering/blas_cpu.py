@@ -9,13 +9,18 @@ Contract
   matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
   ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``
   alone or added to ``acc`` (``codegen_cpu_outer.py`` emits them).
-  Results are C arrays of the 2-D product's shape. The BLAS helpers are
-  ``forceinline``: no call overhead in the caller's loops.
+  Results are C arrays of the 2-D product's shape.
 - Generated modules call these instead of ``np.dot``: Numba then compiles its
   dot implementation once per (dtype, layout) pair on this machine
   (``cache=True``, like the fast-math helpers) instead of inside every
   generated function, where it costs about half a second of each cold compile
   that has a matmul.
+- The products are called, not inlined (no ``forceinline``): runtime/links.py
+  then keeps their code out of the caller's module, which LLVM would otherwise
+  optimise and emit again in every generated module (the MLP benchmark's cold
+  first gradient: 1.030 -> 0.946 s, medians of 4 alternating fresh processes;
+  steady time within noise). A call costs nanoseconds; a BLAS product, a
+  microsecond or more. The row-pass helpers, called in inner loops, stay inlined.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import numba
 import numpy as np
 
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
+# BLAS products: called, not inlined (see the contract)
+called = numba.njit(cache=True, error_model="numpy")
 GEMV_MIN = 4096   # matrix elements from which a one-row / one-column product uses gemv
 # A row times a small matrix ((1, k) @ (k, n), k <= n, k * n <= SMALL_ROW): a loop nest
 # (smm) costs less than a BLAS call. In an @njit loop, ns per product, BLAS / smm:
@@ -43,7 +50,7 @@ def blas_helper(m, k, n):
     return "mm"
 
 
-@jit
+@called
 def mm(a, b):
     return np.dot(a, b)
 
@@ -66,12 +73,12 @@ def smm(a, b):
     return out
 
 
-@jit
+@called
 def mv(a, b):
     return np.dot(a, np.ascontiguousarray(b).reshape(b.shape[0])).reshape((a.shape[0], 1))
 
 
-@jit
+@called
 def vm(a, b):
     return np.dot(np.ascontiguousarray(a).reshape(a.shape[1]), b).reshape((1, b.shape[1]))
 
