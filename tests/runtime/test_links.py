@@ -52,6 +52,28 @@ def test_called_helpers_stay_out_of_the_entry_and_in_what_callers_link(rng, monk
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+def test_blas_products_are_called_not_carried(rng, monkeypatch):
+    from gradjit.lowering import blas_cpu
+
+    def mlp(X, W, V):
+        return (np.tanh(X @ W) @ V).sum()
+
+    args = [rng.normal(size=(37, 29)), rng.normal(size=(29, 23)), rng.normal(size=(23, 5))]
+    opt = gj.grad(mlp, argnums=(1, 2)).graphs(*args)[1]
+    exe = compiler.compile_graph(opt)
+    assert "bl.mm(" in exe.source
+    lib = exe.fn.overloads[next(iter(exe.fn.overloads))].library
+    mm = {c.fndesc.mangled_name for c in blas_cpu.mm.overloads.values()}
+    assert not mm & _defined(lib._final_module)                 # called, not carried
+    assert mm & {f.name for f in lib._final_module.functions}
+    assert mm & _defined(lib._get_module_for_linking())
+    got = exe(list(args))
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    want = compiler.compile_graph(opt)(list(args))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 def test_a_users_njit_caller_carries_the_helpers_it_needs(rng):
     args = _rnn_args(rng, T=3)
     opt = gj.grad(_rnn, argnums=(0, 1, 2)).graphs(*args)[1]
