@@ -39,7 +39,9 @@ def test_batches_are_sized_from_warm_calls_not_from_the_slow_first_ones(run):
     assert len(got["a"]) >= 20 and len(got["b"]) >= 20
     timed_order = order[3:]   # (a's warm-up and sizing calls come first)
     longest = max(len(list(g)) for k, g in itertools.groupby(timed_order) if k == "a")
-    assert longest >= 100   # one call per round was the old sizing's result
+    # A warm call of ~0.1 us gives batches of up to 1000 (3 tolerates a stall of ~3 ms in
+    # the one sizing call); the old sizing, from the slow first calls, gave 1.
+    assert longest >= 3
 
 
 def test_an_engine_that_disagrees_with_numpy_is_failed_and_not_timed(run, monkeypatch):
