@@ -50,7 +50,7 @@ from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
 from gradjit.runtime import blas_probe, plans
-from gradjit.tracer.gensrc import cache_dir, import_file as _import  # noqa: F401 (re-exported)
+from gradjit.tracer.gensrc import cache_dir, import_file as _import, write_atomic
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
 from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
 from gradjit.tracer.interp import interpret
@@ -98,7 +98,7 @@ def load(source, signature, name="entry"):
     path = os.path.join(d, f"gj_{h}.py")
     t0 = time.perf_counter()
     with file_lock(os.path.join(d, ".lock")):
-        plans.write_atomic(path, source)
+        write_atomic(path, source)
         mod = _import(path, f"{GENERATED}{h}")
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())

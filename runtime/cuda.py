@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from gradjit.runtime.compiler import STATS, _import, cache_dir, file_lock
-from gradjit.runtime.plans import write_atomic
+from gradjit.tracer.gensrc import write_atomic
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
 from gradjit.tracer.registry import GradjitError

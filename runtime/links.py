@@ -41,7 +41,7 @@ import types
 
 from numba.core.compiler_lock import global_compiler_lock
 
-from gradjit.runtime import plans
+from gradjit.tracer.gensrc import write_atomic
 from gradjit.runtime.levels import generated_library
 
 STATS = {"linked": 0, "shared": 0}
@@ -131,7 +131,7 @@ def save_links(disp, signature, path):
                 if isinstance(m, types.ModuleType)]
         links += [(name, fname, args, None) for name, fname, _, args, c in _helper_overloads(mods)
                   if c.fndesc.mangled_name in kept]
-        plans.write_atomic(path, pickle.dumps(links), replace=True)
+        write_atomic(path, pickle.dumps(links), replace=True)
     except Exception:   # noqa: BLE001 - without a record the next process compiles it again
         return
 

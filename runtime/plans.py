@@ -26,7 +26,7 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu import Generated, generate
 from gradjit.lowering.formulas import default_path
-from gradjit.tracer.gensrc import write_atomic  # noqa: F401 (runtime/ writes through plans)
+from gradjit.tracer.gensrc import write_atomic
 
 STATS = {"plan_hits": 0, "plan_misses": 0}
 _CODE = []   # the code hash, computed once per process
