@@ -18,11 +18,15 @@ from gradjit.tracer.modes import inference_mode
 from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
 from gradjit.tracer import cat, stack
+from gradjit.tracer.methods_creation import stop_gradient
+from gradjit.tracer.numpy_extra2 import c_, r_
+from gradjit.tracer.pytree import flatten as tree_flatten, ravel_pytree, unflatten as tree_unflatten
 from gradjit.tracer import linalg
 from gradjit import nn
 from gradjit.tracer.creation import (Generator, arange, as_tensor, empty, empty_like, eye, full,
                                      full_like, linspace, logspace, manual_seed, ones, ones_like,
                                      rand, rand_like, randint, randn, randn_like, zeros, zeros_like)
+from gradjit.tracer.torch_functions import FUNCTIONS as _FUNCTIONS
 from gradjit.runtime import autograd as _engine
 from gradjit.runtime import cuda as _cuda
 from gradjit.runtime import eager_blas as _eager_blas
@@ -31,9 +35,14 @@ Tensor._engine = _engine  # tracer/ cannot import runtime/: the runtime plugs it
 Tensor._cuda = _cuda
 _eager_blas.install()
 
+# torch-style functions (gj.add, gj.atan2, gj.logsumexp, gj.einsum ...) where gradjit has no
+# name of its own (gj.where, gj.stack ... stay as they are)
+globals().update({k: v for k, v in _FUNCTIONS.items() if k not in globals()})
+
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",
            "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
            "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
            "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
-           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "set_deferred", "GradjitError", "ShapeError", "TracerValueError"]
+           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "set_deferred", "GradjitError", "ShapeError", "TracerValueError",
+           "stop_gradient", "r_", "c_", "tree_flatten", "tree_unflatten", "ravel_pytree"]

@@ -5,7 +5,7 @@ Contract
   module defines kernels (``@cuda.jit``) and a host launcher ``entry(<one
   device array per graph input>, consts)`` that allocates device arrays,
   launches the kernels in schedule order and returns a tuple of device
-  arrays, one per graph output. Nothing crosses to the host in between.
+  arrays, one per graph output. Only index ops' bounds flags reach the host.
   Intermediates no result aliases come from the module's ``cm.Workspace``
   (``lowering/cuda_pool.py``): allocated once, reused by later calls.
 - The schedule is the CPU generator's (``lowering/schedule.py``): targets
@@ -382,7 +382,7 @@ def generate_cuda(graph, name="entry"):
               *imports, *helper_stamps(imports + ["from gradjit.lowering import special_cpu as sp"]),
               "", ""]
     body = "\n\n\n".join(e.kernels)
-    entry = entry_lines(name, args, e.host, rets)
+    entry = entry_lines(name, args, e.host, rets, getattr(e, "checks", ()))
     src = "\n".join(header) + body + ("\n\n\n" if body else "") + "\n".join(entry) + "\n"
     return Generated(src, np.array(e.const_values, dtype=np.float64), False)
 

@@ -9,6 +9,13 @@ Contract
 - Accumulations into a copy of ``self`` (``index_add``, ``scatter_add``) use
   ``cuda.atomic.add``: duplicate indices add up, in an unspecified order (as
   on torch CUDA); the sum is exact up to float rounding order.
+- Index values are bounds-checked as on the CPU: a thread that reads one
+  outside ``[-n, n)`` makes no access and sets its op's flag (one int32 per
+  index op in the module's ``cuda_pool.FLAGS`` array; ``e.checks`` lists the
+  ops); the launcher reads the flags once, after its kernels
+  (``cm.check_indices``: one small device-to-host copy per call, only in
+  modules with index ops), and raises ``IndexBoundsError`` naming the op's
+  first bad value (C order, found on the host).
 - Scans (``cumsum``, ``cumprod``, ``logcumsumexp``, ``cummax``, ``cummin``)
   and ``max.dim`` / ``min.dim`` run one thread per lane (every index but
   ``dim``), serially along ``dim``: the CPU's recurrence, so ties and NaNs
@@ -24,6 +31,7 @@ import numpy as np
 from gradjit.lowering.codegen_cpu_expr import acc_init
 from gradjit.lowering.codegen_cuda import gather_kernel, ishape, launch, unravel
 from gradjit.lowering.codegen_cuda_linalg import LINALG_CUDA
+from gradjit.lowering.cuda_pool import FLAGS
 
 
 def _idx(names):
@@ -32,6 +40,20 @@ def _idx(names):
 
 def _wrap(k, n):
     return f"{k} = {k} + {n} if {k} < 0 else {k}"
+
+
+def _checked(e, node, index, at, n, axis):
+    """Lines (no indent) reading ``index[at]`` into ``k``, wrapped once, with ``bad``
+    true when it was outside ``[-n, n)`` (then the op's flag is set; see the contract)."""
+    e.checks = getattr(e, "checks", [])
+    e.checks.append(f"({node.op!r}, {axis}, {n}, v{index.id})")
+    test = f"k >= {n}" if index.dtype.kind == "u" else f"k < -{n} or k >= {n}"
+    return [f"k = v{index.id}[{at}]", f"bad = {test}", "if bad:",
+            f"    {FLAGS}[{len(e.checks) - 1}] = 1", _wrap("k", n)]
+
+
+def _zero(v):
+    return "0.0" if v.dtype.kind == "f" else "False" if v.dtype == np.bool_ else "0"
 
 
 def _slice(e, node):
@@ -60,10 +82,11 @@ def _slice_backward(e, node):
 
 def _index_select(e, node):
     (x, index), out, dim = node.inputs, node.outputs[0], node.attrs["dim"]
-    pre = [f"k = v{index.id}[{'i' + str(dim) if index.ndim else '0'}]", _wrap("k", x.shape[dim])]
+    pre = _checked(e, node, index, f"i{dim}" if index.ndim else "0", x.shape[dim], dim)
     src = _idx(f"i{d}" if d != dim else "k" for d in range(out.ndim))
     e.alloc(out)
-    gather_kernel(e, node, out, f"v{x.id}[{src}]", pre=pre)
+    # (a select: a bad k is never read)
+    gather_kernel(e, node, out, f"v{x.id}[{src}] if not bad else {_zero(out)}", pre=pre)
 
 
 def _gather(e, node):
@@ -73,10 +96,10 @@ def _gather(e, node):
         gather_kernel(e, node, out, f"v{x.id}[0]")
         return
     here = [f"i{d}" for d in range(out.ndim)]
-    pre = [f"k = v{index.id}[{_idx(here)}]", _wrap("k", x.shape[dim])]
+    pre = _checked(e, node, index, _idx(here), x.shape[dim], dim)
     src = _idx(h if d != dim else "k" for d, h in enumerate(here))
     e.alloc(out)
-    gather_kernel(e, node, out, f"v{x.id}[{src}]", pre=pre)
+    gather_kernel(e, node, out, f"v{x.id}[{src}] if not bad else {_zero(out)}", pre=pre)
 
 
 def _accumulate(e, node, x, src, index, dim, scale, per_index):
@@ -89,13 +112,14 @@ def _accumulate(e, node, x, src, index, dim, scale, per_index):
     e.begin()
     scale = scale(e)
     here = [f"i{d}" for d in range(src.ndim)]
-    kexpr = f"v{index.id}[{_idx(here) if per_index else 'i' + str(dim)}]" if index.ndim else \
-        f"v{index.id}[0]"
+    at = (_idx(here) if per_index else f"i{dim}") if index.ndim else "0"
     dst = _idx(h if d != dim else "k" for d, h in enumerate(here)) if src.ndim else "0"
     body = ["    i = cuda.grid(1)", "    stride = cuda.gridsize(1)", f"    while i < {src.size}:"]
     body += unravel(src.shape, range(src.ndim))
-    body += [f"        k = {kexpr}", "        " + _wrap("k", x.shape[dim] if x.ndim else 1),
-             f"        cuda.atomic.add(v{out.id}, {dst if src.ndim <= 1 else '(' + dst + ')'}, "
+    body += ["        " + ln for ln in _checked(e, node, index, at, x.shape[dim] if x.ndim else 1,
+                                                dim)]
+    body += ["        if not bad:",
+             f"            cuda.atomic.add(v{out.id}, {dst if src.ndim <= 1 else '(' + dst + ')'}, "
              f"{scale}v{src.id}"
              f"[{_idx(here) if src.ndim else '0'}])",
              "        i += stride"]

@@ -23,6 +23,9 @@ Contract
 - ``tview(a)``: a 2-D transpose as a strided view (numba-cuda's ``.T`` copies).
 - ``Workspace(n)``: a generated module's reusable intermediate buffers;
   ``empty_cache()`` frees them all (``GRADJIT_CUDA_POOL=0``: no reuse).
+- ``index_flags(n)`` / ``check_indices(flags, checks)``: the index ops' bounds
+  flags of one launcher call (``codegen_cuda_kernels.py``): made zeroed, read
+  after the kernels; a set flag raises ``IndexBoundsError`` for its op.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import numpy as np
 from numba import cuda
 
 from gradjit.lowering import special_cpu
+from gradjit.tracer.ops_index import wrap_index
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 TILE = 16
@@ -314,3 +318,20 @@ def bmm(a, b, out):
     kern = bmm_f32 if out.dtype == np.float32 else bmm_f64
     kern[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb), (TILE, TILE, 1)](a, b, out)
     return out
+
+
+def index_flags(n):
+    """Zeroed int32 flags, one per index op of a launcher call (a fresh array each call:
+    no zeroing kernel to launch, and concurrent calls never share one)."""
+    return cuda.to_device(np.zeros(n, np.int32))
+
+
+def check_indices(flags, checks):
+    """After the kernels: for the first op whose flag is set, ``IndexBoundsError`` naming
+    the first bad value of its index in C order, as NumPy would (its index array is
+    copied to the host: error path only). ``checks``: (op, axis, size, index) per flag."""
+    hit = flags.copy_to_host()
+    for flag, (op, axis, n, index) in zip(hit, checks):
+        if flag:
+            wrap_index(op, index.copy_to_host() if hasattr(index, "copy_to_host") else index,
+                       n, axis)

@@ -6,8 +6,11 @@ Contract
   buffers no result can alias into ``NAME = ws(SLOT, SHAPE, DTYPE)``: the
   module's ``cm.Workspace`` allocates each slot on its first call and hands
   the same buffer to every later call. ``slots`` counts them.
-- ``entry_lines(name, args, host, results)``: the launcher's source lines,
-  its body inside ``with _WS as ws:`` when any buffer is pooled.
+- ``entry_lines(name, args, host, results, checks=())``: the launcher's source
+  lines, its body inside ``with _WS as ws:`` when any buffer is pooled. With
+  ``checks`` (index ops' bounds checks, ``codegen_cuda_kernels.py``) it first
+  makes their zeroed flags array ``FLAGS`` and, after every kernel, checks it
+  (``cm.check_indices``).
 - A buffer may alias a result when the result's name is reached from it by
   host assignments (``.reshape``, ``cm.tview``, plain renames, ...): every
   name on the right of an assignment that leads to a result is kept fresh.
@@ -25,6 +28,7 @@ import re
 _ASSIGN = re.compile(r"^    (\w+) = (.*?)(  # .*)?$")
 _ALLOC = re.compile(r"^cuda\.device_array\((.*)\)$")
 _NAME = re.compile(r"\b[vpo]\d+\b")
+FLAGS = "p1000000"   # (a work-buffer name: never a value's, see codegen_cuda_linalg.py)
 
 
 def pool_buffers(host, results):
@@ -50,8 +54,11 @@ def pool_buffers(host, results):
     return out, slots
 
 
-def entry_lines(name, args, host, results):
+def entry_lines(name, args, host, results, checks=()):
     host, slots = pool_buffers(host, results)
+    if checks:
+        host = ([f"    {FLAGS} = cm.index_flags({len(checks)})"] + host
+                + [f"    cm.check_indices({FLAGS}, ({', '.join(checks)},))"])
     ret = [f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})"]
     if not slots:
         return [f"def {name}({args}):"] + host + ret

@@ -77,19 +77,29 @@ def pow_backward(grad, self, exponent):
 
 @helper
 def pow_backward_self(grad, self, exponent):
-    return where(exponent == 0, 0, grad * (exponent * self.pow(exponent - 1)))
+    # exponent * self**(exponent - 1), 0 where exponent == 0 (x**0 is constant, even at x = 0).
+    # The power inside uses exponent 1 there, so 0**-1 = inf never enters the graph: a
+    # product 0 * inf in an untaken where branch makes the second derivative and the
+    # linearised tangent (forward mode) NaN.
+    safe = where(exponent == 0, 1, exponent)
+    return where(exponent == 0, 0, grad * (exponent * self.pow(safe - 1)))
 
 
 @helper
 def pow_backward_exponent(grad, self, exponent, result):
-    """d(self**exponent)/d exponent = result * log(self); 0 where self == 0 and exponent >= 0."""
+    """d(self**exponent)/d exponent = result * log(self); 0 where self == 0 and exponent >= 0
+    (the limit: 0**y is constant for y > 0), -inf where self == 0 and exponent < 0."""
     if isinstance(self, (int, float)):
         if self == 0:
-            return where(exponent >= 0, 0, grad * (result * float("-inf")))
+            # a coefficient of the exponent alone: never 0 * inf, whatever is differentiated
+            return grad * where(exponent >= 0, zeros_like(exponent),
+                                zeros_like(exponent) - float("inf"))
         import math
         return grad * (result * math.log(self))
-    body = grad * (result * self.log())
-    return where(self == 0, where(exponent >= 0, 0, body), body)
+    # log(1) = 0 replaces log(0) where the limit is 0, so no -inf reaches a product that a
+    # where would mask afterwards (NaN in second order and in forward mode)
+    masked = where(self == 0, where(exponent >= 0, 1, self), self)
+    return grad * (result * masked.log())
 
 
 @helper

@@ -95,3 +95,12 @@ def cummaxmin_backward(grad, self, indices, dim):
     if self.ndim == 0:
         return grad
     return gather_backward(grad, self, dim, indices)
+
+
+@helper
+def std_from_var_backward(grad, result):
+    """d std / d var = 1 / (2 std), and 0 where std == 0 (tracer/ops_reduce.py says why).
+    The denominator is 1 there, so neither a second derivative nor a forward-mode tangent
+    meets the inf of 1 / 0 behind the mask (0 * inf would be NaN)."""
+    zero = result == 0
+    return grad * where(zero, 0, 0.5 / where(zero, 1, result))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 
 from gradjit.lowering.helpers import HELPERS
+from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import Tracer
 
@@ -59,7 +60,9 @@ def evaluate(tree, env):
     obj, name = evaluate(tree[1], env), tree[2]
     if name in _SPECIAL:
         return _SPECIAL[name](obj)
-    return getattr(obj, name)(*args, **kwargs)
+    # Formulas are written in torch's vocabulary; a Tracer's own methods follow NumPy
+    # (tracer/numpy_methods.py), so the method is looked up on the torch-named surface.
+    return getattr(ArrayOps, name)(obj, *args, **kwargs)
 
 
 def instantiate(entry, node, graph, grad_outs, mask):

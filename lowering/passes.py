@@ -3,7 +3,7 @@
 Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
-  ``linalg_vector_norm``) decomposed into the primitive ops the code
+  ``linalg_vector_norm``, ``_std_from_var``) decomposed into the primitive ops the code
   generators emit, sums over size-1 dims only made views, duplicate nodes
   merged (CSE) and dead nodes removed (DCE). Inputs and their order are kept,
   so callers keep feeding the same arrays; captured constants travel along.
@@ -62,15 +62,15 @@ def _logsumexp(x, dim, keepdim):
 
 def _vector_norm(x, ord, dim, keepdim):
     if ord == 2:
-        return (x * x).sum(dim, keepdim).sqrt()
+        return (x * x).sum(dim, keepdim=keepdim).sqrt()
     a = x.abs()
     if ord == 1:
-        return a.sum(dim, keepdim)
+        return a.sum(dim, keepdim=keepdim)
     if ord == float("inf"):
         return a.amax(dim or (), keepdim)
     if ord == float("-inf"):
         return a.amin(dim or (), keepdim)
-    return a.pow(ord).sum(dim, keepdim).pow(1.0 / ord)
+    return a.pow(ord).sum(dim, keepdim=keepdim).pow(1.0 / ord)
 
 
 def _outer(a, b):
@@ -101,11 +101,12 @@ DECOMPOSITIONS = {
     "custom_function": _custom_function,
     "sum.dim_IntList": _unit_sum,
     "mean.default": lambda x: x.sum() / x.numel(),
-    "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim) / _count(x.shape, dim),
+    "mean.dim": lambda x, dim, keepdim: x.sum(dim, keepdim=keepdim) / _count(x.shape, dim),
     "_softmax.default": _softmax,
     "_log_softmax.default": _log_softmax,
     "logsumexp.default": _logsumexp,
     "linalg_vector_norm.default": _vector_norm,
+    "_std_from_var.default": lambda x: x.sqrt(),   # its gradient differs from sqrt's, not its value
     "mm.default": _outer,
 }
 # Decompositions that apply only to some nodes (the others keep their node): (node, *ins).

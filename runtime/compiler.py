@@ -28,6 +28,8 @@ Contract
   the reference interpreter.
 - Generated source is itself cached on disk (``runtime/plans.py``), so a warm
   process neither generates nor compiles.
+- An index out of bounds raised by compiled code (``IndexBoundsError``) leaves an
+  executable's call at the user's line of the op that met it (``locate``).
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ from gradjit.tracer.gensrc import cache_dir, import_file as _import, write_atomi
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
 from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
 from gradjit.tracer.interp import interpret
+from gradjit.tracer.ops_index import IndexBoundsError
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
          "fast_steps": 0}   # (backward() calls runtime/fast_backward.py took)
@@ -173,17 +176,22 @@ class Executable:
 
     def __call__(self, arrays):
         try:
-            if self.plain_in:
-                res = self.fn(*arrays, self.consts)
-            else:
-                res = self.fn(*[a[()] if s else a for a, s in zip(arrays, self.scalar_in)],
+            try:
+                if self.plain_in:
+                    res = self.fn(*arrays, self.consts)
+                else:
+                    res = self.fn(*[a[()] if s else a for a, s in zip(arrays, self.scalar_in)],
+                                  self.consts)
+            except IndexBoundsError:
+                raise
+            except (TypeError, IndexError):
+                # Non-contiguous, read-only, Python scalars or other dtypes: coerce, then call.
+                res = self.fn(*[np.array(a, dtype=v.dtype, order="C")[()] if s else
+                                np.array(a, dtype=v.dtype, order="C")
+                                for a, s, v in zip(arrays, self.scalar_in, self.graph.inputs)],
                               self.consts)
-        except (TypeError, IndexError):
-            # Non-contiguous, read-only, Python scalars or other dtypes: coerce, then call.
-            res = self.fn(*[np.array(a, dtype=v.dtype, order="C")[()] if s else
-                            np.array(a, dtype=v.dtype, order="C")
-                            for a, s, v in zip(arrays, self.scalar_in, self.graph.inputs)],
-                          self.consts)
+        except IndexBoundsError as e:
+            raise locate(e, self.graph, arrays) from None
         return res if self.plain_out else self.finish(res)
 
     def finish(self, res):
@@ -208,7 +216,10 @@ class PackedExecutable(Executable):
         ins = self.graph.inputs
         args = [_c_array(arrays[i], ins[i].dtype) for i in self.loose]
         args = [a[()] if s else a for a, s in zip(args, (self.scalar_in[i] for i in self.loose))]
-        res = self.fn(*args, *self._stack(arrays, check=False), self.consts)
+        try:
+            res = self.fn(*args, *self._stack(arrays, check=False), self.consts)
+        except IndexBoundsError as e:
+            raise locate(e, self.graph, arrays) from None
         return res if self.plain_out else self.finish(res)
 
     def fast(self, *xs):
@@ -235,6 +246,24 @@ def _c_array(a, dt):
     """``a`` as a writable C-contiguous array of ``dt`` (no copy when it already is one)."""
     a = np.array(a, dtype=dt, order="C", copy=None)
     return a if a.flags.writeable else a.copy()
+
+
+def locate(err, graph, arrays):
+    """``err``, an ``IndexBoundsError`` the compiled code of ``graph`` raised (its source
+    holds no user line: one source serves every graph of a structure), at the line of
+    the node that met a bad index: the reference interpreter runs the graph again on the
+    same arrays and raises at the first such node (error path only). ``err`` itself when
+    the arrays do not fit the graph (a batched call) or the interpreter finds nothing."""
+    if err.site is not None or len(arrays) != len(graph.inputs) or any(
+            np.shape(a) != v.shape for a, v in zip(arrays, graph.inputs)):
+        return err
+    try:
+        interpret(graph, [np.asarray(a) for a in arrays])
+    except IndexBoundsError as found:
+        return found
+    except Exception:   # noqa: BLE001 - any other failure: the compiled error stands
+        pass
+    return err
 
 
 class Interpreted:

@@ -23,6 +23,10 @@ Contract
   ops (``backward``, ``numpy``, ``size`` ...) are left out. ``tested`` is
   whether the name occurs as a word in the sources under ``tests/`` (``None``
   when the tests are absent). ``report()`` appends this section and its totals.
+- NumPy conformance (last line): ``conformance_line()`` imports the OpInfo table
+  ``tests/conformance/opinfo.py`` (located like the yaml tests) and reports its size
+  (OpInfos, dispatch-table entries covered, ndarray methods, sample cases), or
+  "not installed" when the tests are not beside the package.
 """
 from __future__ import annotations
 
@@ -254,8 +258,40 @@ def composite_report(table=None):
     return "\n".join(lines)
 
 
+def conformance_path():
+    """tests/conformance/opinfo.py beside the package (a source checkout), else None."""
+    path = os.path.join(os.path.dirname(formulas.default_path()), "tests", "conformance",
+                        "opinfo.py")
+    return path if os.path.exists(path) else None
+
+
+def conformance_line(path=None):
+    """One line on the NumPy conformance table (tests/conformance/opinfo.py): its size, or
+    'not installed' when the tests are not beside the package (e.g. from a wheel)."""
+    import importlib.util
+    path = path or conformance_path()
+    if path is None or not os.path.exists(path):
+        return "NumPy conformance table: not installed (tests/conformance/opinfo.py is absent)"
+    import sys
+    name = "_gradjit_conformance_opinfo"
+    spec = importlib.util.spec_from_file_location(name, path)
+    table = importlib.util.module_from_spec(spec)
+    sys.modules[name] = table   # its dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(table)
+    finally:
+        sys.modules.pop(name, None)
+    n_ops, n_funcs, n_methods, n_samples = table.table_size()
+    total = len(table.dispatch_table())
+    return (f"NumPy conformance table: {n_ops} OpInfos covering {n_funcs}/{total} NumPy "
+            f"dispatch-table entries and {n_methods} ndarray methods, {n_samples} sample cases "
+            f"(tests/conformance/opinfo.py)")
+
+
 def main():
     print(report())
     print()
     print(composite_report())
+    print()
+    print(conformance_line())
     return 0

@@ -15,7 +15,8 @@ Contract
 - ``CudaExecutable(arrays)`` takes host or device arrays (host ones are
   copied once per call), keeps ``consts`` on the device, and returns device
   arrays; 0-d values travel as 1-element arrays inside and are reshaped to
-  ``()`` at the boundary.
+  ``()`` at the boundary. An index out of bounds (``IndexBoundsError``, from
+  the launcher's check) leaves it at the user's line (``compiler.locate``).
 - ``empty_cache()`` frees the intermediate device buffers compiled functions
   keep between calls (``lowering/cuda_device.Workspace``).
 - ``run_op(op, arrays, attrs)``: one op on device arrays (eager tensors on
@@ -29,10 +30,11 @@ import os
 
 import numpy as np
 
-from gradjit.runtime.compiler import STATS, _import, cache_dir, file_lock
+from gradjit.runtime.compiler import STATS, _import, cache_dir, file_lock, locate
 from gradjit.tracer.gensrc import write_atomic
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
+from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.registry import GradjitError
 
 STATS.setdefault("cuda_loads", 0)
@@ -154,7 +156,10 @@ class CudaExecutable:
 
     def __call__(self, arrays, callbacks=None):
         args = [self._arg(a, s, d) for a, (s, d) in zip(arrays, self.in_types)]
-        res = self.fn(*args, self.consts)
+        try:
+            res = self.fn(*args, self.consts)
+        except IndexBoundsError as e:   # (the launcher's check: add the user's line)
+            raise locate(e, self.graph, [to_host(a) for a in arrays]) from None
         return [r.reshape(()) if z else r for r, z in zip(res, self.zero_d)]
 
 

@@ -23,6 +23,7 @@ from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
 from gradjit.tracer.api import apply
+from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import Tracer
 
@@ -47,61 +48,71 @@ def _jvp(g, out, xs, tangents):
 
 
 class _Jac(_Transformed):
-    def __init__(self, fn, argnums=0, static_argnums=()):
-        super().__init__(fn, static_argnums)
+    def __init__(self, fn, argnums=0, static_argnums=(), static_argnames=()):
+        super().__init__(fn, static_argnums, static_argnames=static_argnames)
         self.argnums = _norm_argnums(argnums)
         self.single = isinstance(argnums, int)
 
-    def _diff_args(self, call_args):
-        xs = []
+    def _diff_args(self, call):
+        """The leaves of the differentiated arguments (pytrees) and their structures."""
+        xs, trees = [], []
         for i in self.argnums:
-            a = call_args[i]
-            if not isinstance(a, Tracer) or a.dtype.kind != "f":
-                raise GradjitError(f"gj.{type(self).__name__}: can only differentiate with respect "
-                                   f"to floating-point arrays (argument {i})")
-            xs.append(a)
+            leaves, treedef = pytree.flatten(call[i])
+            for a in leaves:
+                if not isinstance(a, Tracer) or a.dtype.kind != "f":
+                    raise GradjitError(f"gj.{type(self).__name__}: can only differentiate with "
+                                       f"respect to floating-point arrays (argument {i})")
+            xs.extend(Tracer(a.graph, a.value) for a in leaves)   # as passed (see grad)
+            trees.append((treedef, len(leaves)))
+        self._trees = trees
         return xs
 
-    def _output(self, call_args):
-        out = self.fn(*call_args)
+    def _output(self, call):
+        out = self.fn(*call, **call.kwargs)
         if not isinstance(out, Tracer) or out.dtype.kind != "f":
             raise GradjitError(f"gj.{type(self).__name__}: the function must return one "
                                f"floating-point array")
         return out
 
+    def _per_arg(self, trees, res):
+        per_arg, k = [], 0
+        for treedef, n in trees:
+            per_arg.append(pytree.unflatten(treedef, res[k:k + n]))
+            k += n
+        return per_arg[0] if self.single else tuple(per_arg)
+
     def _unpack(self, tree, results):
-        shapes = tree
-        res = [r.reshape(s) for r, s in zip(results, shapes)]
-        return res[0] if self.single else tuple(res)
+        shapes, trees = tree
+        return self._per_arg(trees, [r.reshape(s) for r, s in zip(results, shapes)])
 
 
 class jacrev(_Jac):
-    def _trace_body(self, g, call_args, arg_values):
-        xs = self._diff_args(call_args)
-        out = self._output(call_args)
+    def _trace_body(self, g, call, arg_values):
+        xs = self._diff_args(call)
+        out = self._output(call)
         n = max(out.value.size, 1)
         seed = Tracer(g, g.add_input(out.shape, out.dtype))
         g.constants[seed.value] = np.eye(n, dtype=out.dtype).reshape((n,) + out.shape)
         g.batched_inputs = [g.inputs.index(seed.value)]
         g.outputs = [r.value for r in _vjp(g, out, seed, xs)]
-        return [out.shape + x.shape for x in xs]
+        return [out.shape + x.shape for x in xs], self._trees
 
-    def _inline(self, args):
-        xs, out = self._diff_args(list(args)), self._output(list(args))
+    def _inline(self, call):
+        xs, out = self._diff_args(call), self._output(call)
         g = out.graph
         rows = []
         for k in range(max(out.value.size, 1)):
             e = np.zeros(out.value.size, out.dtype)
             e[k] = 1
             rows.append(_vjp(g, out, out._const(e.reshape(out.shape)), xs))
-        res = [_stack([r[j] for r in rows], out.shape + x.shape) for j, x in enumerate(xs)]
-        return res[0] if self.single else tuple(res)
+        return self._per_arg(self._trees, [_stack([r[j] for r in rows], out.shape + x.shape)
+                                           for j, x in enumerate(xs)])
 
 
 class jacfwd(_Jac):
-    def _trace_body(self, g, call_args, arg_values):
-        xs = self._diff_args(call_args)
-        out = self._output(call_args)
+    def _trace_body(self, g, call, arg_values):
+        xs = self._diff_args(call)
+        out = self._output(call)
         shapes = []
         outs = []
         for x in xs:
@@ -124,8 +135,8 @@ class jacfwd(_Jac):
         m = r.reshape((n_in, int(np.prod(oshape)))).T
         return m.reshape(oshape + xshape)
 
-    def _inline(self, args):
-        return jacrev(self.fn, self.argnums[0] if self.single else self.argnums)._inline(args)
+    def _inline(self, call):
+        return jacrev(self.fn, self.argnums[0] if self.single else self.argnums)._inline(call)
 
 
 def _stack(rows, shape):
@@ -155,8 +166,8 @@ class jvp_fn(_Transformed):
         super().__init__(fn)
         self.n = n
 
-    def _trace_body(self, g, call_args, arg_values):
-        xs, ts = call_args[:self.n], call_args[self.n:]
+    def _trace_body(self, g, call, arg_values):
+        xs, ts = call[:self.n], call[self.n:]
         out = self.fn(*xs)
         g.outputs = [out.value, _jvp(g, out, list(xs), list(ts)).value]
         return None
@@ -164,8 +175,8 @@ class jvp_fn(_Transformed):
     def _unpack(self, tree, results):
         return results[0], results[1]
 
-    def _inline(self, args):
-        xs, ts = list(args[:self.n]), list(args[self.n:])
+    def _inline(self, call):
+        xs, ts = list(call[:self.n]), list(call[self.n:])
         out = self.fn(*xs)
         return out, Tracer(out.graph, _jvp(out.graph, out, xs, ts).value)
 

@@ -15,6 +15,7 @@ Contract
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 
@@ -26,6 +27,10 @@ from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer import pytree
+from gradjit.tracer.coercion import traced_numpy
+from gradjit.tracer.ops_index import IndexBoundsError
+from gradjit.tracer.rng_guard import reachable, rng_guard
 from gradjit.tracer.trace import Tracer, flatten_output, trace, unflatten_output
 
 
@@ -68,15 +73,51 @@ def _norm_argnums(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
+def _static_positions(fn, static_argnums, static_argnames):
+    """Static positions and names, each completed from the other through fn's signature
+    (as JAX does), so a static argument is static however the caller passes it."""
+    pos, names = set(_norm_argnums(static_argnums)), set(
+        (static_argnames,) if isinstance(static_argnames, str) else static_argnames)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return frozenset(pos), frozenset(names)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    pos |= {positional.index(n) for n in names if n in positional}
+    names |= {positional[i] for i in pos if 0 <= i < len(positional)}
+    return frozenset(pos), frozenset(names)
+
+
+class _Call(list):
+    """The positional arguments a traced function is called with (tracers where the
+    caller's arrays were); ``kwargs`` holds its keyword arguments."""
+
+    def __init__(self, args, kwargs):
+        super().__init__(args)
+        self.kwargs = kwargs
+
+
+def _has_tracer(args, kwargs):
+    leaves, _ = pytree.flatten((args, kwargs))
+    return any(isinstance(x, Tracer) for x in leaves)
+
+
+def _plain(layout):
+    """True when every argument is one traced array and none is a keyword: the compiled
+    entry can then be called with the caller's own arguments (the hot path)."""
+    parts, kparts = layout
+    return not kparts and all(p[0] == "tree" and p[1] is None and p[2] == (None,) for p in parts)
+
+
 class _Transformed:
     def __new__(cls, fn=None, *args, **kwargs):
         if fn is None:   # used as @gj.jit(device="cuda") / @gj.grad(argnums=1): a decorator
             return functools.partial(cls, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, fn, static_argnums=(), device=None):
+    def __init__(self, fn, static_argnums=(), device=None, static_argnames=()):
         self.fn = fn
-        self.static = frozenset(_norm_argnums(static_argnums))
+        self.static, self.static_names = _static_positions(fn, static_argnums, static_argnames)
         self.device = canonical(device)
         if self.device == "cuda":
             require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
@@ -84,77 +125,74 @@ class _Transformed:
         self._hot = None   # (dispatcher, trailing args, unpack or None) of the last signature
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 
-    def _signature(self, args):
-        sig = []
-        for i, a in enumerate(args):
-            if i in self.static:
-                sig.append(("static", a))
-            else:
-                if not is_device_array(a):
-                    a = np.asarray(a)
-                sig.append((tuple(a.shape), np.dtype(a.dtype)))
-        return tuple(sig)
-
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         # Hot path: the compiled function of the last signature, called straight away. Numba
         # rejects other types and the generated entry rejects other shapes, both with a
         # TypeError (SignatureMismatch), and anything unusual goes the slow way.
         hot = self._hot
-        if hot is not None:
+        if hot is not None and not kwargs:
             try:
                 res = hot[0](*args, *hot[1])
-            except TypeError:
-                return self._call_slow(args)
+            except (TypeError, IndexBoundsError):   # (the slow path names the user's line)
+                return self._call_slow(args, kwargs)
             return res if hot[2] is None else hot[2](res)
-        return self._call_slow(args)
+        return self._call_slow(args, kwargs)
 
     def _make_hot(self, entry):
         exe, consts, tree = entry
         packed = exe.__class__ is PackedExecutable and all(len(s) > 1 for s in exe.pack_shapes)
-        if (exe.__class__ is not Executable and not packed) or not exe.plain_in or self.static:
+        if (exe.__class__ is not Executable and not packed) or not exe.plain_in:
             return None
-        direct = exe.plain_out and self._identity_unpack()
+        direct = exe.plain_out and self._identity_unpack(tree)
         unpack = None if direct else (
             lambda res: self._unpack(tree, res if exe.plain_out else exe.finish(res)))
         return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack
 
-    def _identity_unpack(self):
+    def _identity_unpack(self, tree):
         return False
 
-    def _call_slow(self, args):
-        if any(isinstance(a, Tracer) for a in args):
-            return self._inline(args)
-        try:
-            sig = self._signature(args)
-            entry = self._compiled.get(sig)
-        except TypeError:
-            raise TypeError(f"{self.__name__}: static arguments must be hashable") from None
+    def _call_slow(self, args, kwargs=None):
+        kwargs = kwargs or {}
+        if _has_tracer(args, kwargs):
+            return self._inline(_Call(args, kwargs))
+        traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
+                                                self.__name__)
+        entry = self._compiled.get(key)
         if entry is None:
             with gc_paused():   # tracing, lowering and the compile: see compiler.gc_paused
-                entry = self._compiled[sig] = self._build(args)
-        self._hot = self._make_hot(entry)
+                entry = self._compiled[key] = self._build(traced, layout)
+        self._hot = self._make_hot(entry) if _plain(layout) else None
         exe, consts, tree = entry
         if self.device == "cuda":
-            return self._call_cuda(exe, consts, tree, args)
-        arrays = tuple(np.asarray(a) for i, a in enumerate(args) if i not in self.static)
+            return self._call_cuda(exe, consts, tree, traced)
+        arrays = tuple(np.asarray(a) for a in traced)
         return self._unpack(tree, exe(arrays + consts if consts else arrays))
 
-    def _call_cuda(self, exe, consts, tree, args):
-        arrays = [a for i, a in enumerate(args) if i not in self.static]
-        res = exe(arrays + list(consts))
+    def _call_cuda(self, exe, consts, tree, arrays):
+        res = exe(list(arrays) + list(consts))
         if not any(is_device_array(a) for a in arrays):   # host in, host out
             res = [to_host(r) for r in res]
         return self._unpack(tree, res)
 
-    def _trace(self, args):
-        g, tracers, arg_values = trace([None if i in self.static else a for i, a in enumerate(args)],
-                                       name=getattr(self.fn, "__name__", "fn"))
-        call_args = [a if i in self.static else t for i, (a, t) in enumerate(zip(args, tracers))]
-        return g, call_args, arg_values
+    def _trace(self, args, kwargs=None):
+        traced, _, layout = pytree.split_args(args, kwargs or {}, self.static, self.static_names,
+                                              self.__name__)
+        return self._trace_leaves(traced, layout)
 
-    def _build(self, args):
-        g, call_args, arg_values = self._trace(args)
-        tree = self._trace_body(g, call_args, arg_values)
+    def _trace_leaves(self, traced, layout):
+        g, tracers, arg_values = trace(traced, name=getattr(self.fn, "__name__", "fn"))
+        g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
+        call_args, call_kwargs = pytree.join_args(layout, tracers)
+        return g, _Call(call_args, call_kwargs), arg_values
+
+    def _build(self, traced, layout):
+        g, call, arg_values = self._trace_leaves(traced, layout)
+        statics = [x for x in pytree.flatten((list(call), call.kwargs))[0]
+                   if not isinstance(x, Tracer)]
+        with rng_guard(f"gj.{type(self).__name__}({self.__name__})", reachable(self.fn, statics)), \
+                traced_numpy(g):
+            tree = self._trace_body(g, call, arg_values)
+        g.view_tree = None
         updates = _hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
@@ -167,10 +205,11 @@ class _Transformed:
             return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
         return _with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
 
-    def graphs(self, *args):
+    def graphs(self, *args, **kwargs):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""
-        g, call_args, arg_values = self._trace(args)
-        self._trace_body(g, call_args, arg_values)
+        g, call, arg_values = self._trace(args, kwargs)
+        with traced_numpy(g):
+            self._trace_body(g, call, arg_values)
         opt = optimize(g)
         if self.device == "cuda":
             return g, opt, compile_graph_cuda(opt).source
@@ -180,75 +219,112 @@ class _Transformed:
 class jit(_Transformed):
     """Compile ``fn`` for each signature of its array arguments."""
 
-    def _trace_body(self, g, call_args, arg_values):
-        vals, tree = flatten_output(g, self.fn(*call_args))
+    def _trace_body(self, g, call, arg_values):
+        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
         g.outputs = vals
         return tree
 
     def _unpack(self, tree, results):
         return unflatten_output(tree, results)
 
-    def _inline(self, args):
-        return self.fn(*args)
+    def _inline(self, call):
+        return self.fn(*call, **call.kwargs)
 
 
 class value_and_grad(_Transformed):
-    """``(f(*args), d f / d args[argnums])``, forward and backward compiled together."""
+    """``(f(*args), d f / d args[argnums])``, forward and backward compiled together.
+
+    Arguments are pytrees; the gradient of each argument in ``argnums`` has that
+    argument's structure. ``has_aux``: ``f`` returns ``(value, aux)`` and the result is
+    ``((value, aux), grads)`` (``grad``: ``(grads, aux)``)."""
 
     with_value = True
 
-    def __init__(self, fn, argnums=0, static_argnums=(), device=None):
-        super().__init__(fn, static_argnums, device)
+    def __init__(self, fn, argnums=0, has_aux=False, static_argnums=(), device=None,
+                 static_argnames=()):
+        super().__init__(fn, static_argnums, device, static_argnames)
         self.argnums = _norm_argnums(argnums)
         self.single = isinstance(argnums, int)
+        self.has_aux = bool(has_aux)
         bad = self.static & set(self.argnums)
         if bad:
             raise ValueError(f"argnums {sorted(bad)} are also static_argnums; cannot differentiate")
 
-    def _differentiate(self, call_args):
-        """Trace fn on ``call_args`` (tracers) and append its adjoint: (value, grads)."""
-        out = self.fn(*call_args)
+    def _differentiate(self, call):
+        """Trace fn on ``call`` (tracers) and append its adjoint: (value, aux, grads)."""
         name = f"gj.{type(self).__name__}({getattr(self.fn, '__name__', 'f')})"
+        for i in self.argnums:
+            if i >= len(call):
+                raise TypeError(f"{name}: argnums={i} but the function was called with "
+                                f"{len(call)} positional argument(s)")
+        wrt, trees = [], []
+        for i in self.argnums:
+            leaves, treedef = pytree.flatten(call[i])
+            for a in leaves:
+                if not isinstance(a, Tracer) or a.dtype.kind != "f":
+                    dt = getattr(a, "dtype", type(a).__name__)
+                    raise GradjitError(f"{name}: can only differentiate with respect to "
+                                       f"floating-point arrays, but argument {i} holds "
+                                       f"{'a leaf of ' if treedef is not None else ''}dtype {dt}",
+                                       user_site())
+            # the values the caller passed: the function may assign into its arguments
+            # (x[0] = v rebinds the tracer), and the gradient is w.r.t. what was passed
+            wrt.extend(Tracer(a.graph, a.value) for a in leaves)
+            trees.append((treedef, len(leaves)))
+        out, aux = self.fn(*call, **call.kwargs), None
+        if self.has_aux:
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
+                                   f"(value, aux), got {type(out).__name__}", user_site())
+            out, aux = out
         if not isinstance(out, Tracer):
-            raise GradjitError(f"{name}: the function must return one array, got "
+            raise GradjitError(f"{name}: the function must return one array"
+                               f"{' (and aux)' if self.has_aux else ''}, got "
                                f"{type(out).__name__}", user_site())
         if out.shape != () or out.dtype.kind != "f":
             raise GradjitError(f"{name}: gradient only defined for scalar-output functions; "
                                f"the output is {out.value.type_str()}", out.value.node.site
                                if out.value.node is not None else None)
-        wrt = []
-        for i in self.argnums:
-            a = call_args[i]
-            if not isinstance(a, Tracer) or a.dtype.kind != "f":
-                dt = getattr(a, "dtype", type(a).__name__)
-                raise GradjitError(f"{name}: can only differentiate with respect to floating-point "
-                                   f"arrays, but argument {i} has dtype {dt}", user_site())
-            wrt.append(a)
         g = out.graph
         seed = apply("ones_like.default", [out], {})
         grads = adjoint(g, [out.value], [seed.value], [a.value for a in wrt],
                         {"custom_function": custom_rule(None, None)})
         res = [Tracer(g, gv) if gv is not None else apply("zeros_like.default", [a], {})
                for a, gv in zip(wrt, grads)]
-        return out, (res[0] if self.single else tuple(res))
+        per_arg, k = [], 0
+        for treedef, n in trees:
+            per_arg.append(pytree.unflatten(treedef, res[k:k + n]))
+            k += n
+        return out, aux, (per_arg[0] if self.single else tuple(per_arg))
 
-    def _trace_body(self, g, call_args, arg_values):
-        value, grads = self._differentiate(call_args)
-        flat = [grads] if self.single else list(grads)
-        g.outputs = ([value.value] if self.with_value else []) + [t.value for t in flat]
+    def _trace_body(self, g, call, arg_values):
+        value, aux, grads = self._differentiate(call)
+        aux_vals, aux_tree = flatten_output(g, aux) if self.has_aux else ([], None)
+        leaves, gtree = pytree.flatten(grads)
+        g.outputs = ([value.value] if self.with_value else []) + aux_vals + [t.value for t in leaves]
+        return len(aux_vals), aux_tree, gtree
 
-    def _identity_unpack(self):
+    def _identity_unpack(self, tree):
         # grad with a tuple of argnums returns Numba's result tuple as it is
-        return not self.with_value and not self.single
+        _, _, gtree = tree
+        return (not self.with_value and not self.has_aux and not self.single
+                and gtree == ("tuple", (None,) * len(gtree[1])))
 
     def _unpack(self, tree, results):
+        naux, aux_tree, gtree = tree
+        res = list(results)
+        k = 1 if self.with_value else 0
+        aux = unflatten_output(aux_tree, res[k:k + naux]) if self.has_aux else None
+        grads = pytree.unflatten(gtree, res[k + naux:])
         if self.with_value:
-            return results[0], (results[1] if self.single else tuple(results[1:]))
-        return results[0] if self.single else tuple(results)
+            return ((res[0], aux) if self.has_aux else res[0]), grads
+        return (grads, aux) if self.has_aux else grads
 
-    def _inline(self, args):
-        value, grads = self._differentiate(list(args))
-        return (value, grads) if self.with_value else grads
+    def _inline(self, call):
+        value, aux, grads = self._differentiate(call)
+        if self.with_value:
+            return ((value, aux) if self.has_aux else value), grads
+        return (grads, aux) if self.has_aux else grads
 
 
 class grad(value_and_grad):

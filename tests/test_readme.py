@@ -57,3 +57,18 @@ def test_python_blocks_run_in_order(monkeypatch):
             if k not in saved:
                 del os.environ[k]
         os.environ.update(saved)
+
+
+def test_readme_lists_every_traced_numpy_function():
+    """The README's list of NumPy functions that trace is the dispatch table's list."""
+    import re
+
+    from gradjit.tracer import numpy_protocol
+    text = open(README).read()
+    start = text.index("<!-- numpy-supported")
+    section = text[start:text.index("\n\n", text.index("`np.linalg`", start))]
+    listed = set(re.findall(r"`([a-z_0-9]+)`", section))
+    scipy = {"erf", "erfc", "erfinv", "gammaln", "psi", "expit", "logit", "xlogy"}
+    table = set(numpy_protocol._NAMES)
+    assert table - listed - scipy == set(), "traced but not in the README"
+    assert listed - table == set(), "in the README but not traced"

@@ -222,6 +222,14 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     __rmul__ = _reflected("mul")
     def __rtruediv__(self, other): return binary("div", other, self)
     def __rpow__(self, other): return binary("pow", other, self)
+    # boolean masks: & | ^ ~ as NumPy's bitwise ufuncs on bools (tracer/numpy_extra.py)
+    def __and__(self, other): return np.bitwise_and(self, other)
+    def __rand__(self, other): return np.bitwise_and(other, self)
+    def __or__(self, other): return np.bitwise_or(self, other)
+    def __ror__(self, other): return np.bitwise_or(other, self)
+    def __xor__(self, other): return np.bitwise_xor(self, other)
+    def __rxor__(self, other): return np.bitwise_xor(other, self)
+    def __invert__(self): return np.invert(self)
     def __neg__(self): return self._apply("neg.default", [self], {})
     def __pos__(self): return self
     def __abs__(self): return self._apply("abs.default", [self], {})
@@ -268,17 +276,21 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
         overload = {"sum": "sum.dim_IntList", "mean": "mean.dim"}[name]
         return apply(overload, [self], {"dim": dims, "keepdim": bool(keepdim)})
 
-    def sum(self, dim=None, keepdim=False, *, axis=None):
+    # (``axis=`` / ``keepdims=``: NumPy's spellings, accepted as torch accepts ``axis``)
+    def sum(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        keepdim = keepdim if keepdims is None else keepdims
         if dim is None and axis is None and not keepdim:
             return self._apply("sum.default", [self], {})
         return self._reduce("sum", dim if axis is None else axis, keepdim)
 
-    def mean(self, dim=None, keepdim=False, *, axis=None):
+    def mean(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        keepdim = keepdim if keepdims is None else keepdims
         if dim is None and axis is None and not keepdim:
             return self._apply("mean.default", [self], {})
         return self._reduce("mean", dim if axis is None else axis, keepdim)
 
-    def amax(self, dim=(), keepdim=False, *, axis=None):
+    def amax(self, dim=(), keepdim=False, *, axis=None, keepdims=None):
+        keepdim = keepdim if keepdims is None else keepdims
         dims = norm_dims(dim if axis is None else axis, self.ndim, "amax") or ()
         return apply("amax.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
 
@@ -338,7 +350,7 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
 
     @property
     def mT(self):
-        return self.transpose(-2, -1)
+        return self.swapaxes(-2, -1)
 
     def expand(self, *size):
         size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size

@@ -29,6 +29,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.methods_creation import size_tuple
+from gradjit.tracer.rng_guard import check_draw
 from gradjit.tracer.tensor import Tensor
 
 _DEFAULT_FLOAT = np.dtype(np.float64)
@@ -198,6 +199,7 @@ def _float_draw(kind, size, generator, dtype, requires_grad):
     dt = _float_dtype(dtype)
     if dt.kind != "f":
         raise TypeError(f"{kind}: dtype must be a floating point dtype, got {dt.name}")
+    check_draw(f"gj.{kind}")
     rng = _rng(generator)
     a = rng.random(size) if kind == "rand" else rng.standard_normal(size)
     return _leaf(np.asarray(a).astype(dt), requires_grad)
@@ -229,6 +231,7 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad=False):
     low, high = int(_scalar(low)), int(_scalar(high))
     if high <= low:
         raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
+    check_draw("gj.randint")
     a = _rng(generator).integers(low, high, size_tuple((size,), "randint"))
     return _leaf(a.astype(np.int64 if dtype is None else dtype), requires_grad)
 

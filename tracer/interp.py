@@ -3,11 +3,14 @@
 Contract: ``interpret(graph, arrays) -> list of arrays`` for ``graph.outputs``,
 given one array per ``graph.inputs``. No compilation; it is the oracle the
 compiled code is tested against and the ``GRADJIT_EXECUTOR=numpy`` executor.
+An index out of bounds (``IndexBoundsError`` from a reference) is raised at the
+node's recorded user line (``node.site``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.registry import get_op
 
 
@@ -15,7 +18,10 @@ def interpret(graph, arrays):
     env = dict(zip(graph.inputs, arrays))
     with np.errstate(all="ignore"):
         for node in graph.nodes:
-            res = get_op(node.op).impl(*[env[v] for v in node.inputs], **node.attrs)
+            try:
+                res = get_op(node.op).impl(*[env[v] for v in node.inputs], **node.attrs)
+            except IndexBoundsError as e:
+                raise e.located(node.site) from None
             res = res if isinstance(res, tuple) else (res,)
             for v, r in zip(node.outputs, res):
                 env[v] = np.asarray(r).astype(v.dtype, copy=False)

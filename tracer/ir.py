@@ -109,6 +109,9 @@ class Graph:
         # into generated source): Value -> ndarray.
         self.constants = {}
         self.constant_ids = {}
+        # while a function transform traces: which tracers are NumPy views of which
+        # (tracer/tracer_setitem.py); None otherwise
+        self.view_tree = None
 
     def _new_value(self, shape, dtype, node=None, index=0):
         v = Value(self, self._next_id, shape, dtype, node, index)

@@ -3,8 +3,11 @@
 Contract
 - Functions take ``Tensor`` or ``Tracer`` arguments (NumPy arrays beside them
   become constants) and call the ops of ``tracer/ops_linalg.py`` or compose
-  registered ops; NumPy's ``np.linalg.*`` reach the same functions through
-  ``__array_function__`` (``tracer/numpy_protocol.py``).
+  registered ops; NumPy's ``np.linalg.*`` reach them through
+  ``__array_function__`` (``tracer/numpy_protocol.py``) by way of
+  ``tracer/numpy_linalg.py``, which adds NumPy's rules (dtype promotion, the
+  triangle eigh reads, np.dot's shapes) and is re-exported here as
+  ``NUMPY_FUNCTIONS`` and ``numpy_dot``.
 - Batch dims broadcast (``expand``) before two-operand solvers; a vector
   right-hand side (``B.ndim == A.ndim - 1``) is solved as a column.
 - Composites (no op of their own, differentiated through their parts):
@@ -185,7 +188,7 @@ def lstsq(A, B, rcond=None):
 def vector_norm(x, ord=2, dim=None, keepdim=False):
     dims = norm_dims(dim, x.ndim, "linalg.vector_norm") or None
     if ord == 0:
-        return (x != 0).to(x.dtype).sum(dims, keepdim)
+        return (x != 0).to(x.dtype).sum(dims, keepdim=keepdim)
     if not isinstance(ord, (int, float)) or (ord < 0 and ord != -math.inf):
         raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number "
                            f">= 0, inf or -inf)", user_site())
@@ -243,58 +246,6 @@ __all__ = ["inv", "det", "slogdet", "logdet", "solve", "cholesky", "cholesky_sol
            "tensordot", "matmul"]
 
 
-# -- NumPy spellings (merged into numpy_protocol._FUNCTIONS) -------------------------------------
-def _np_solve(a, b):   # NumPy 2: b is a vector only when 1-D
-    a, b = _pair(a, b)
-    _need("np.linalg.solve", a)
-    return solve(a, b) if b.ndim == 1 else _solve_mat(a, b)
-
-
-def _np_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
-    return svd(a, full_matrices) if compute_uv else svdvals(a)
-
-
-def _np_norm(x, ord=None, axis=None, keepdims=False):
-    if isinstance(axis, (tuple, list)) and len(axis) == 2 or (axis is None and x.ndim == 2
-                                                              and ord is not None):
-        return matrix_norm(x, "fro" if ord is None else ord, axis or (-2, -1), keepdims)
-    if axis is None:
-        out = vector_norm(x.reshape(-1), 2 if ord is None else ord)
-        return out.reshape((1,) * x.ndim) if keepdims else out
-    return vector_norm(x, 2 if ord is None else ord, axis, keepdims)
-
-
-def _np_lstsq(a, b, rcond=None):
-    res = lstsq(a, b, rcond)
-    return res.solution, res.residuals, res.rank, res.singular_values
-
-
-def _np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    if offset or (axis1, axis2) != (0, 1) or dtype is not None or out is not None or a.ndim != 2:
-        raise GradjitError("np.trace: only the main diagonal of a 2-D array is supported",
-                           user_site())
-    return trace(a)
-
-
-def _np_dot(a, b):
-    a, b = _pair(a, b)
-    if a.ndim > 2 or b.ndim > 2:
-        return tensordot(a, b, ([a.ndim - 1], [max(b.ndim - 2, 0)]))
-    return a @ b
-
-
-NUMPY_FUNCTIONS = {
-    np.linalg.inv: inv, np.linalg.det: det, np.linalg.slogdet: slogdet, np.linalg.solve: _np_solve,
-    np.linalg.cholesky: lambda a, upper=False: cholesky(a, upper=upper),
-    np.linalg.qr: qr, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.svd: _np_svd,
-    np.linalg.pinv: lambda a, rcond=None, hermitian=False: pinv(a), np.linalg.lstsq: _np_lstsq,
-    np.linalg.norm: _np_norm, np.linalg.multi_dot: lambda arrays, out=None: multi_dot(arrays),
-    np.linalg.matrix_norm: lambda x, keepdims=False, ord="fro": matrix_norm(x, ord, keepdim=keepdims),
-    np.linalg.vector_norm: lambda x, axis=None, keepdims=False, ord=2: vector_norm(
-        x if axis is not None else x.reshape(-1), ord, axis, keepdims),
-    np.outer: lambda a, b, out=None: outer(*(t.reshape(-1) for t in _pair(a, b))),
-    np.vdot: lambda a, b: dot(*(t.reshape(-1) for t in _pair(a, b))),
-    np.trace: _np_trace, np.kron: kron, np.dot: _np_dot,
-    np.tensordot: lambda a, b, axes=2: tensordot(a, b, axes),
-    np.einsum: lambda subscripts, *operands, **kw: einsum(subscripts, *operands),
-}
+# -- NumPy spellings (merged into numpy_protocol._FUNCTIONS): NumPy's own rules for shapes,
+# dtypes and eigh's triangle, in tracer/numpy_linalg.py (imported last: it builds on the above)
+from gradjit.tracer.numpy_linalg import NUMPY_FUNCTIONS, numpy_dot  # noqa: E402,F401

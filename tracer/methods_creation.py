@@ -65,10 +65,20 @@ class CreationMethods:
         return self.to(other.dtype)
 
     def clone(self):
-        return self   # tracers: values are immutable (Tensor overrides)
+        return self._copy()   # tracers: a new tracer of the same value (Tensor overrides)
+
+    def detach(self):
+        """The values with no gradient (tracers: the ``detach`` op; Tensor overrides)."""
+        return self._apply("detach.default", [self], {})
 
     def contiguous(self):
         data = getattr(self, "data", None)
         if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
             return self.clone()
         return self
+
+
+def stop_gradient(x):
+    """``x``'s values, through which no gradient flows (JAX's ``stop_gradient``, torch's
+    ``detach``), for a traced array or a tensor; arrays pass as they are."""
+    return x.detach() if hasattr(x, "_apply") else x

@@ -8,10 +8,12 @@ Contract
   ``None``, ``Ellipsis`` give views (``slice.Tensor``, ``squeeze.dim``,
   ``unsqueeze``); integer arrays / tensors and boolean masks (advanced
   indexing, broadcast together; the result dims go where NumPy puts them)
-  become one ``index_select`` over the advanced dims flattened. Boolean masks
-  need concrete values (the result's shape depends on them): a traced mask
-  raises a ``GradjitError`` pointing at ``where``. Concrete indices are
-  bounds-checked (``IndexError`` naming the shape and the user's line).
+  become one ``index_select`` over the advanced dims flattened
+  (``tracer/advanced_index.py``). Boolean masks need concrete values (the
+  result's shape depends on them): a traced mask raises a ``GradjitError``
+  pointing at ``where``. Concrete indices are bounds-checked here
+  (``IndexError`` naming the shape and the user's line), traced ones where
+  they are read, at run time (``IndexBoundsError``, ``tracer/ops_index.py``).
 - Composites (no ops of their own; each differentiated through its parts):
   cat is a sum of ``slice_backward`` placements; stack is unsqueeze + cat;
   split / chunk / unbind / narrow / flip are slice views; roll is a cat of two
@@ -26,19 +28,10 @@ import numbers
 
 import numpy as np
 
+from gradjit.tracer.advanced_index import _check_bounds, _concrete, _is_obj
+from gradjit.tracer.advanced_index import advanced as _advanced
 from gradjit.tracer.dispatch import apply, norm_dim
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
-
-
-def _is_obj(x):
-    return hasattr(x, "_apply")
-
-
-def _concrete(x):
-    """The array behind an index, or None when it is traced (no value yet)."""
-    if _is_obj(x):
-        return np.asarray(x.data) if hasattr(x, "data") else None
-    return np.asarray(x)
 
 
 def _slice(x, dim, start, end, step):
@@ -53,17 +46,6 @@ def _norm_slice(s, n):
     if step < 0 and stop < 0:
         stop = None
     return start, stop, step
-
-
-def _check_bounds(idx, n, dim, shape):
-    if idx.dtype.kind not in "iu":
-        raise IndexError(f"tensors used as indices must be integer or boolean, got dtype "
-                         f"{idx.dtype.name}\n  at {user_site()}")
-    if idx.size and (idx.max() >= n or idx.min() < -n):
-        bad = idx[(idx >= n) | (idx < -n)].reshape(-1)[0]
-        raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {n} "
-                         f"(tensor of shape {tuple(shape)})\n  at {user_site()}")
-    return np.where(idx < 0, idx + n, idx).astype(np.int64)
 
 
 def _expand_items(x, index):
@@ -137,47 +119,6 @@ def getitem(x, index):
             adv.append((d, np.asarray(it) if isinstance(it, int) else it[1]))
             d += 1
     return _advanced(y, adv) if adv else y
-
-
-def _advanced(y, adv):
-    """``y`` indexed by integer arrays at dims ``adv`` (NumPy's placement rules)."""
-    dims = [d for d, _ in adv]
-    arrays = []
-    for d, a in adv:
-        c = _concrete(a)
-        arrays.append(_check_bounds(c.astype(np.int64), y.shape[d], d, y.shape)
-                      if c is not None else a)
-    try:
-        bshape = tuple(np.broadcast_shapes(*[tuple(a.shape) for a in arrays]))
-    except ValueError:
-        raise IndexError(f"shape mismatch: indexing arrays could not be broadcast together with "
-                         f"shapes {', '.join(str(tuple(a.shape)) for a in arrays)}\n"
-                         f"  at {user_site()}") from None
-    sizes = [y.shape[d] for d in dims]
-    strides = [int(np.prod(sizes[k + 1:])) for k in range(len(sizes))]
-    if all(isinstance(a, np.ndarray) for a in arrays):
-        flat = sum(np.broadcast_to(a, bshape) * s for a, s in zip(arrays, strides))
-        flat = np.asarray(flat, np.int64).reshape(-1)
-    else:
-        from gradjit.tracer.api import where
-        like = next(a for a in arrays if _is_obj(a))
-        flat = None
-        for a, n, s in zip(arrays, sizes, strides):
-            a = a if _is_obj(a) else like._const(a)
-            a = where(a < 0, a + n, a).to(np.int64).expand(bshape)
-            a = a * s if s != 1 else a
-            flat = a if flat is None else flat + a
-        flat = flat.reshape(-1)
-    adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    others = [d for d in range(y.ndim) if d not in dims]
-    q = dims[0] if adjacent else 0
-    perm = others[:q] + dims + others[q:]
-    y = y.permute(perm)
-    shape = y.shape
-    n_adv = len(dims)
-    y = y.reshape(shape[:q] + (int(np.prod(sizes)),) + shape[q + n_adv:])
-    y = apply("index_select.default", [y, flat], {"dim": q})
-    return y.reshape(shape[:q] + bshape + shape[q + n_adv:])
 
 
 def _tensors(seq, op):
@@ -372,7 +313,7 @@ class IndexMethods:
     def tile(self, *dims):
         dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
         dims = tuple(int(k) for k in ((dims,) if isinstance(dims, numbers.Integral) else dims))
-        return self.repeat((1,) * (self.ndim - len(dims)) + dims)
+        return IndexMethods.repeat(self, (1,) * (self.ndim - len(dims)) + dims)
 
     def _tri(self, name, k, upper):
         if self.ndim < 2:

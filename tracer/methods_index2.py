@@ -245,8 +245,8 @@ class IndexMethods2:
         if k == 2:
             return self.flip(d0, d1)
         if k == 1:
-            return self.flip(d1).transpose(d0, d1)
-        return self.flip(d0).transpose(d0, d1)
+            return self.flip(d1).swapaxes(d0, d1)
+        return self.flip(d0).swapaxes(d0, d1)
 
     def repeat_interleave(self, repeats, dim=None, *, output_size=None):
         x = self.reshape(-1) if dim is None else self
@@ -301,7 +301,7 @@ class IndexMethods2:
         return self.reshape(-1)
 
     def swapdims(self, dim0, dim1):
-        return self.transpose(dim0, dim1)
+        return self.swapaxes(dim0, dim1)
 
 
 # -- NumPy spellings (merged into tracer/numpy_index.py's table) ---------------------------------
@@ -334,5 +334,5 @@ NUMPY_FUNCTIONS = {
     np.pad: _np_pad,
     np.moveaxis: lambda a, source, destination: a.moveaxis(source, destination),
     np.ravel: lambda a, order="C": a.ravel(),
-    np.swapaxes: lambda a, axis1, axis2: a.transpose(axis1, axis2),
+    np.swapaxes: lambda a, axis1, axis2: a.swapaxes(axis1, axis2),
 }

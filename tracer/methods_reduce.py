@@ -41,7 +41,8 @@ def _count(shape, dims):
 class ReduceMethods:
     __slots__ = ()
 
-    def amin(self, dim=(), keepdim=False, *, axis=None):
+    def amin(self, dim=(), keepdim=False, *, axis=None, keepdims=None):
+        keepdim = keepdim if keepdims is None else keepdims
         dims = norm_dims(dim if axis is None else axis, self.ndim, "amin") or ()
         return apply("amin.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
 
@@ -51,14 +52,15 @@ class ReduceMethods:
             return getattr(self, "a" + name)(() if dim is None else dim, keepdim)
         return self._minmax_dim(name, dim, keepdim)   # (values, indices): methods_index.py
 
-    def max(self, dim=None, keepdim=False, *, axis=None):
-        return self._minmax("max", dim, keepdim, axis)
+    def max(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        return self._minmax("max", dim, keepdim if keepdims is None else keepdims, axis)
 
-    def min(self, dim=None, keepdim=False, *, axis=None):
-        return self._minmax("min", dim, keepdim, axis)
+    def min(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        return self._minmax("min", dim, keepdim if keepdims is None else keepdims, axis)
 
-    def prod(self, dim=None, keepdim=False, *, axis=None):
+    def prod(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         dim = dim if axis is None else axis
+        keepdim = keepdim if keepdims is None else keepdims
         if dim is None:
             out = apply("prod.default", [self], {})
             return out.reshape((1,) * self.ndim) if keepdim and self.ndim else out
@@ -67,23 +69,29 @@ class ReduceMethods:
         d = norm_dim(int(dim), self.ndim, "prod")
         return apply("prod.dim_int", [self], {"dim": d, "keepdim": bool(keepdim)})
 
-    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
+            keepdims=None, ddof=None):
+        keepdim = keepdim if keepdims is None else keepdims
+        correction = correction if ddof is None else ddof
         dims = norm_dims(dim if axis is None else axis, self.ndim, "var") or None
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
+        # keywords for keepdim: these calls also run on tracers, whose sum/mean are NumPy's
         d = self - self.mean(dims, keepdim=True)
-        return (d * d).sum(dims, keepdim) / max(_count(self.shape, dims) - correction, 0)
+        return (d * d).sum(dims, keepdim=keepdim) / max(_count(self.shape, dims) - correction, 0)
 
-    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
-        return self.var(dim, unbiased, keepdim, correction=correction, axis=axis).sqrt()
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
+            keepdims=None, ddof=None):
+        return ReduceMethods.var(self, dim, unbiased, keepdim, correction=correction,
+                                 axis=axis, keepdims=keepdims, ddof=ddof).sqrt()
 
     def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        return (self.var(dim, unbiased, keepdim, correction=correction),
-                self.mean(norm_dims(dim, self.ndim, "var_mean") or None, keepdim))
+        return (ReduceMethods.var(self, dim, unbiased, keepdim, correction=correction),
+                self.mean(norm_dims(dim, self.ndim, "var_mean") or None, keepdim=keepdim))
 
     def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        return (self.std(dim, unbiased, keepdim, correction=correction),
-                self.mean(norm_dims(dim, self.ndim, "std_mean") or None, keepdim))
+        return (ReduceMethods.std(self, dim, unbiased, keepdim, correction=correction),
+                self.mean(norm_dims(dim, self.ndim, "std_mean") or None, keepdim=keepdim))
 
     def logsumexp(self, dim=None, keepdim=False):
         dims = norm_dims(dim, self.ndim, "logsumexp") or tuple(range(self.ndim))
@@ -101,7 +109,7 @@ class ReduceMethods:
 
     def nansum(self, dim=None, keepdim=False, *, axis=None):
         from gradjit.tracer.api import where
-        return where(self != self, 0.0, self).sum(dim if axis is None else axis, keepdim)
+        return where(self != self, 0.0, self).sum(dim if axis is None else axis, keepdim=keepdim)
 
     def cumsum(self, dim, *, axis=None):
         d = norm_dim(int(dim if axis is None else axis), self.ndim, "cumsum")
@@ -128,14 +136,14 @@ class ReduceMethods:
         return apply("sort.default", [self], {"dim": d, "descending": bool(descending)})
 
     def argsort(self, dim=-1, descending=False, *, stable=True):
-        return self.sort(dim, descending)[1]
+        return ReduceMethods.sort(self, dim, descending)[1]
 
     def topk(self, k, dim=-1, largest=True, sorted=True):
         d = norm_dim(int(dim), self.ndim, "topk")
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
             raise IndexError(f"topk: selected index k={k} out of range for a dimension of size {n}")
-        v, i = self.sort(d, descending=largest)
+        v, i = ReduceMethods.sort(self, d, descending=largest)
         if not self.ndim:
             return v, i
         return v.narrow(d, 0, k), i.narrow(d, 0, k)
@@ -149,7 +157,7 @@ class ReduceMethods:
         return self._select_sorted(d, k - 1, keepdim)
 
     def _select_sorted(self, d, j, keepdim):
-        v, i = self.sort(d)
+        v, i = ReduceMethods.sort(self, d)
         if not self.ndim:
             return v, i
         v, i = v.narrow(d, j, 1), i.narrow(d, j, 1)

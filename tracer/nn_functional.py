@@ -13,11 +13,12 @@ Contract
 - Arrays and Python scalars beside a tensor become constants of its front end.
 - ``dropout`` draws its mask with NumPy from ``generator`` (an
   ``np.random.Generator``, a ``gj.Generator`` or an int seed) and multiplies by it as a constant,
-  so backward uses the same mask. Under ``gj.jit`` / ``gj.grad`` the mask is
-  drawn when the function is traced: pass a seed for reproducible results.
+  so backward uses the same mask. Under ``gj.jit`` / ``gj.grad`` a mask drawn at
+  trace time would be frozen into the compiled code, so dropout raises there
+  (``tracer/rng_guard.py``) unless ``generator`` is an int seed (the same mask
+  on every call, as eager calls with that seed give).
 - ``embedding(padding_idx=p)``: row p keeps its value in the output but gets
-  no gradient (``_stop_gradient``: ``detach`` for tensors; for tracers an exact
-  ``round`` of a power-of-two-scaled copy, whose gradient is zero).
+  no gradient (``_stop_gradient``: ``detach``, for tensors and tracers alike).
 - Losses live in ``tracer/nn_losses.py`` (re-exported by ``gradjit.nn.functional``).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from gradjit.tracer.api import where
 from gradjit.tracer.dispatch import as_operand, norm_dim
 from gradjit.tracer.methods_math import binop
+from gradjit.tracer.rng_guard import check_draw
 
 
 def _operand(x, like):
@@ -61,10 +63,7 @@ def _softplus0(z):
 
 def _stop_gradient(x):
     """x's values with a zero gradient."""
-    if hasattr(x, "detach"):
-        return x.detach()
-    s = 60.0 if x.dtype == np.float32 else 200.0      # x * 2**s is an integer: round is exact
-    return (x * 2.0 ** s).round() * 2.0 ** -s
+    return x.detach()
 
 
 # -- activations ---------------------------------------------------------------------------
@@ -242,6 +241,8 @@ def dropout(input, p=0.5, training=True, inplace=False, *, generator=None):
         return input
     if p == 1.0:
         return input * 0.0
+    if not isinstance(generator, numbers.Integral):   # a seed is deterministic: no draw to freeze
+        check_draw("dropout (training=True)")
     rng = getattr(generator, "rng", generator)        # gj.Generator wraps an np Generator
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     mask = (rng.random(tuple(input.shape)) >= p).astype(input.dtype) / np.asarray(1.0 - p, input.dtype)

@@ -274,7 +274,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     cout = weight.shape[1] * groups
     size = [(s - 1) * t - 2 * p + d * (k - 1) + op + 1
             for s, t, p, d, k, op in zip((h, w_), st, pad, dil, (kh, kw), opad)]
-    wt = weight.reshape(groups, cin // groups, (cout // groups) * kh * kw).transpose(1, 2)
+    wt = weight.reshape(groups, cin // groups, (cout // groups) * kh * kw).swapaxes(1, 2)
     cols = wt @ x.reshape(n, groups, cin // groups, h * w_)              # (N, g, Cout/g*K, L)
     y = fold(cols.reshape(n, cout * kh * kw, h * w_), size, (kh, kw), dil, pad, st)
     if bias is not None:
@@ -303,7 +303,7 @@ def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_i
     x, batched, k, s, p, d = _pool_args(input, kernel_size, stride, padding, dilation, nd, name,
                                         ceil_mode)
     cols, out = _unfold_nd(x, k, d, p, s, pad_value=-math.inf)
-    y = cols.max(2)[0].reshape(tuple(x.shape[:2]) + tuple(out))
+    y = cols._minmax_dim("max", 2, False)[0].reshape(tuple(x.shape[:2]) + tuple(out))
     return y if batched else y.squeeze(0)
 
 

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from gradjit.tracer.methods_index import cat, stack
+from gradjit.tracer.methods_index import IndexMethods, cat, stack
 from gradjit.tracer.methods_index2 import NUMPY_FUNCTIONS as _INDEX2
 
 
@@ -36,7 +36,7 @@ def _flip(m, axis=None):
 
 def _take(a, indices, axis=None):
     if axis is None:
-        return a.take(indices)
+        return IndexMethods.take(a, indices)
     idx = np.asarray(indices) if not hasattr(indices, "_apply") else indices
     shape = tuple(idx.shape)
     d = axis % a.ndim

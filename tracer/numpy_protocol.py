@@ -8,13 +8,17 @@ supported list and the user's line; nothing silently falls back to NumPy.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 import numpy as np
 
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul, where
 from gradjit.tracer.methods_math import binop
-from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer import numpy_methods as nm
+from gradjit.tracer.methods_reduce import ReduceMethods
+from gradjit.tracer.numpy_methods import UnsupportedError  # noqa: F401  (raised here too)
+from gradjit.tracer.registry import user_site
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
@@ -39,17 +43,48 @@ def _ufunc_name(ufunc):
 def array_function(func, args, kwargs):
     fn = _FUNCTIONS.get(func)
     if fn is None:
-        _unsupported(f"np.{func.__name__}")
-    return fn(*args, **kwargs)
+        _unsupported(_numpy_name(func))
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as e:
+        _bad_arguments(func, fn, args, kwargs, e)
+        raise
 
 
-class UnsupportedError(GradjitError, TypeError):
-    pass
+def _bad_arguments(func, fn, args, kwargs, error):
+    """Re-raise an argument error (an unknown keyword, too many arguments) naming the NumPy
+    function, not gradjit's implementation of it; other TypeErrors pass unchanged."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"np.{func.__name__}: {e} (gradjit follows NumPy's signature: "
+                        f"{func.__name__}{inspect.signature(func) if _has_sig(func) else '(...)'})"
+                        ) from error
+    except ValueError:   # no signature to check against
+        pass
+
+
+def _has_sig(func):
+    try:
+        inspect.signature(func)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _unsupported(what):
-    raise UnsupportedError(f"{what} is not supported on gradjit tensors yet; the supported NumPy "
-                           f"functions are: {', '.join(sorted(_NAMES))}", user_site())
+    raise UnsupportedError(f"{what} is not supported on gradjit tensors and traced arrays yet "
+                           f"(the README's section 'NumPy inside gj.jit / gj.grad' lists the "
+                           f"{len(_NAMES)} functions that are)", user_site())
+
+
+def _numpy_name(func):
+    """``np.linalg.eig``, ``np.fft.fft``, ``np.sum``: the name a caller wrote."""
+    module = getattr(func, "__module__", "") or ""
+    if getattr(np, func.__name__, None) is func or not module.startswith("numpy"):
+        return f"np.{func.__name__}"
+    public = module.replace("numpy.", "").split("._")[0].split(".")[0]
+    return f"np.{public}.{func.__name__}" if public and public != "numpy" else f"np.{func.__name__}"
 
 
 def _as_obj(x, like):
@@ -121,26 +156,27 @@ def _scipy_ufuncs():
     return True
 
 
-def _np_reduce(name):
-    def fn(a, axis=None, keepdims=False, **kw):
-        if kw:
-            _unsupported(f"np.{name} with {sorted(kw)}")
-        return getattr(a, name)(axis, keepdims) if name != "amax" else a.amax(axis or (), keepdims)
-    return fn
+def _np_sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    if order is not None:
+        _unsupported("np.sort(..., order=...)")
+    if axis is None:
+        return ReduceMethods.sort(a.reshape(-1), 0)[0]
+    return ReduceMethods.sort(a, axis)[0]
 
 
-def _dot(a, b):
-    if a.ndim > 2 or b.ndim > 2:
-        _unsupported("np.dot on arrays with more than 2 dims (use np.matmul)")
-    return matmul(_as_obj(a, _first(a, b)), _as_obj(b, _first(a, b)))
+def _np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    if order != "C":
+        _unsupported(f"np.reshape(..., order={order!r})")
+    return a.reshape(shape if newshape is None else newshape)
 
 
 _FUNCTIONS = {
-    np.sum: _np_reduce("sum"), np.mean: _np_reduce("mean"), np.amax: _np_reduce("amax"),
-    np.max: _np_reduce("amax"), np.dot: _dot,
-    np.transpose: lambda a, axes=None: a.T if axes is None else a.permute(axes),
-    np.reshape: lambda a, shape, **kw: a.reshape(shape),
-    np.squeeze: lambda a, axis=None: a.squeeze(axis),
+    # NumPy's reductions and methods: one implementation each (tracer/numpy_methods.py)
+    np.sum: nm.np_sum, np.mean: nm.np_mean, np.prod: nm.np_prod,
+    np.amax: nm.np_max, np.max: nm.np_max, np.amin: nm.np_min, np.min: nm.np_min,
+    np.var: nm.np_var, np.std: nm.np_std, np.cumsum: nm.np_cumsum, np.cumprod: nm.np_cumprod,
+    np.transpose: nm.np_transpose, np.squeeze: nm.np_squeeze,
+    np.reshape: _np_reshape,
     np.expand_dims: lambda a, axis: a.unsqueeze(axis),
     np.broadcast_to: lambda a, shape: a.expand(shape),
     np.where: where,
@@ -151,20 +187,6 @@ _FUNCTIONS = {
     np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None: x.nan_to_num(
         nan, posinf, neginf),
 }
-
-
-def _np_var(name):
-    def fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
-        if dtype is not None or out is not None or kw:
-            _unsupported(f"np.{name} with dtype/out/{sorted(kw)}")
-        return getattr(a, name)(axis, keepdim=keepdims, correction=ddof)
-    return fn
-
-
-def _np_norm(x, ord=None, axis=None, keepdims=False):
-    if axis is None and ord is not None and x.ndim == 2 or isinstance(axis, tuple) and ord:
-        _unsupported(f"np.linalg.norm with a matrix ord={ord!r}")
-    return x.norm(2 if ord is None else ord, axis, keepdims)
 
 
 def _np_reduce_kw(name):
@@ -183,21 +205,15 @@ def _np_median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
         flat = _np_median(a.reshape(-1), 0)
         return flat.reshape((1,) * a.ndim) if keepdims else flat
     d = axis % a.ndim
-    v = a.sort(d)[0]
+    v = ReduceMethods.sort(a, d)[0]
     n = a.shape[d]
     return v.narrow(d, (n - 1) // 2, 2 - n % 2).mean(d, keepdim=keepdims)
 
 
 _FUNCTIONS.update({
-    np.amin: _np_reduce_kw("amin"), np.min: _np_reduce_kw("amin"),
-    np.prod: lambda a, axis=None, keepdims=False: a.prod(axis, keepdims),
-    np.var: _np_var("var"), np.std: _np_var("std"), np.nansum: _np_reduce_kw("nansum"),
-    np.cumsum: lambda a, axis=None: a.reshape(-1).cumsum(0) if axis is None else a.cumsum(axis),
-    np.cumprod: lambda a, axis=None: a.reshape(-1).cumprod(0) if axis is None else a.cumprod(axis),
-    np.sort: lambda a, axis=-1, kind=None, order=None: (a.reshape(-1).sort(0) if axis is None
-                                                        else a.sort(axis))[0],
+    np.nansum: _np_reduce_kw("nansum"),
+    np.sort: _np_sort,
     np.median: _np_median,
-    np.linalg.norm: _np_norm,
 })
 from gradjit.tracer.linalg import NUMPY_FUNCTIONS as _LINALG  # noqa: E402
 
@@ -226,3 +242,9 @@ _FUNCTIONS.update({   # constants of the caller's front end (tracer/creation.py)
 })
 _NAMES = ({f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
           | {f for f, _ in _SCIPY_UNARY + _SCIPY_BINARY})
+from gradjit.tracer.numpy_extra2 import NUMPY_FUNCTIONS as _EXTRA  # noqa: E402
+from gradjit.tracer.numpy_extra2 import NUMPY_UFUNCS as _EXTRA_U  # noqa: E402
+
+_FUNCTIONS.update(_EXTRA)   # argmax, any, pad, gradient ... (numpy_extra*.py, numpy_pad.py)
+_UFUNCS.update(_EXTRA_U)
+_NAMES |= {f.__name__ for f in list(_EXTRA) + list(_EXTRA_U)}

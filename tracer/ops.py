@@ -78,6 +78,7 @@ for _name, _fn, _rule in [
     ("abs", np.abs, "same"), ("neg", np.negative, "same"), ("sign", np.sign, "same"),
     ("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "same"),
     ("zeros_like", np.zeros_like, "same"), ("ones_like", np.ones_like, "same"),
+    ("detach", np.copy, "same"),   # stop_gradient: the values, no gradient
 ]:
     elementwise(f"{_name}(Tensor self) -> Tensor", _fn, _rule)
 

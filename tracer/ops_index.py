@@ -18,6 +18,11 @@ Contract
   values and int64 indices (first occurrence; NaN wins, as torch).
 - Index tensors must have an integer dtype; negative indices count from the
   end in every op (NumPy), including ``gather`` where torch would refuse them.
+  Every executor checks index values when it runs them (traced indices have no
+  value at trace time): outside ``[-size, size)`` raises ``IndexBoundsError``
+  (an ``IndexError``) in NumPy's words plus the op and, where known, the
+  user's line. The references here check; the CPU and CUDA code generators
+  emit the same check (``lowering/codegen_cpu_index.py``).
 - Composites spelled in the front end with these ops plus views: basic and
   advanced ``__getitem__``, cat, stack, split, chunk, unbind, narrow, flip,
   roll, repeat, tile, tril, triu, diagonal, take_along_dim, masked_fill, take.
@@ -27,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.ops import _types_str
-from gradjit.tracer.registry import ShapeError, defop, user_site
+from gradjit.tracer.registry import GradjitError, ShapeError, defop, user_site
 
 K = "kernel"
 
@@ -46,8 +51,36 @@ def _check_int(op, t):
                         f"{np.dtype(t.dtype).name} (shape {tuple(t.shape)})")
 
 
-def _wrap(index, n):
-    index = np.asarray(index).astype(np.int64)
+class IndexBoundsError(GradjitError, IndexError):
+    """An index value outside ``[-size, size)`` met at run time by ``op`` (an IR op name)
+    along ``axis``. Generated code raises it with ``(op, index, axis, size)`` only (what
+    the source may hold: structural, or the value); ``located`` adds the user's line
+    (``Site``; its ``op`` names the forward op a gradient node came from)."""
+
+    def __init__(self, op, index, axis, size, site=None):
+        self.op, self.index, self.axis, self.size = op, int(index), int(axis), int(size)
+        grad = f" (in the gradient of {site.op})" if getattr(site, "op", None) else ""
+        GradjitError.__init__(self, f"{op}{grad}: index {self.index} is out of bounds for axis "
+                                    f"{self.axis} with size {self.size}", site)
+
+    def located(self, site):
+        """The same error at ``site`` (self when there is none, or one already)."""
+        if site is None or self.site is not None:
+            return self
+        return IndexBoundsError(self.op, self.index, self.axis, self.size, site)
+
+    def __reduce__(self):
+        return type(self), (self.op, self.index, self.axis, self.size, self.site)
+
+
+def wrap_index(op, index, n, axis):
+    """``index`` as int64 in ``[0, n)`` (negatives wrapped once); IndexBoundsError naming
+    the first value (C order) outside ``[-n, n)``, as NumPy's fancy indexing does."""
+    index = np.asarray(index)
+    bad = (index >= n) if index.dtype.kind == "u" else (index < -n) | (index >= n)
+    if bad.any():
+        raise IndexBoundsError(op, index[bad].flat[0], axis, n)
+    index = index.astype(np.int64)
     return np.where(index < 0, index + n, index)
 
 
@@ -99,7 +132,8 @@ def _index_select_infer(types, a):
 
 
 defop("index_select(Tensor self, int dim, Tensor index) -> Tensor", K, _index_select_infer,
-      lambda x, index, dim: np.take(x, _wrap(index, x.shape[dim]), axis=dim))
+      lambda x, index, dim: np.take(
+          x, wrap_index("index_select.default", index, x.shape[dim], dim), axis=dim))
 
 
 def _index_add_infer(types, a):
@@ -117,7 +151,7 @@ def _index_add_infer(types, a):
 
 def _index_add(x, index, source, dim, alpha):
     out = np.array(x, copy=True)
-    idx = _wrap(index, x.shape[dim])
+    idx = wrap_index("index_add.default", index, x.shape[dim], dim)
     moved = np.moveaxis(out, dim, 0)
     np.add.at(moved, idx, np.moveaxis(source if alpha == 1 else source * alpha, dim, 0))
     return out
@@ -142,10 +176,10 @@ def _gather_check(op, t, idx, dim, src=None):
                          user_site())
 
 
-def _grid(index, dim, n):
+def _grid(op, index, dim, n):
     """Index tuple addressing, for every entry of ``index``, its target along ``dim``."""
     grid = list(np.indices(index.shape, sparse=True))
-    grid[dim] = _wrap(index, n)
+    grid[dim] = wrap_index(op, index, n, dim)
     return tuple(grid)
 
 
@@ -156,7 +190,8 @@ def _gather_infer(types, a):
 
 
 defop("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", K,
-      _gather_infer, lambda x, index, dim, sparse_grad: x[_grid(index, dim, x.shape[dim])])
+      _gather_infer,
+      lambda x, index, dim, sparse_grad: x[_grid("gather.default", index, dim, x.shape[dim])])
 
 
 def _scatter_add_infer(types, a):
@@ -167,7 +202,8 @@ def _scatter_add_infer(types, a):
 
 def _scatter_add(x, index, src, dim):
     out = np.array(x, copy=True)
-    np.add.at(out, _grid(index, dim, x.shape[dim]), src[tuple(slice(0, s) for s in index.shape)])
+    np.add.at(out, _grid("scatter_add.default", index, dim, x.shape[dim]),
+              src[tuple(slice(0, s) for s in index.shape)])
     return out
 
 

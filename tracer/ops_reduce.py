@@ -9,6 +9,10 @@ Contract
   ``logsumexp`` and ``linalg_vector_norm`` are composites with formulas of their
   own, decomposed into primitive loops before code generation
   (``lowering/passes.py``); ``cumsum`` is a kernel (its own loop nest).
+- ``_std_from_var`` is ``std`` from a variance: ``sqrt`` in value (a composite,
+  decomposed to ``sqrt`` for code generation), with gradient 0 where the
+  variance is 0 (see its ``derivatives.yaml`` entry); ``std_from_var(v)``
+  records it.
 - Front-end composites (no op of their own, ``tracer/methods_reduce.py``):
   ``max()`` / ``min()`` are ``amax`` / ``amin`` over every dim; ``var`` /
   ``std`` (+ ``_mean``) are spelled with mean, sub, mul, sum and sqrt;
@@ -20,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer import lazy_scipy
+from gradjit.tracer.dispatch import apply
 from gradjit.tracer.ops import (R, C, _axes, _float_only, _minmax_reduced, _reduced_shape,
                                _sum_dtype, reduces_nothing)
 from gradjit.tracer.registry import ShapeError, defop, user_site
@@ -145,3 +150,21 @@ def _sort(x, dim, descending):
 
 defop("sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
       K, _with_indices, _sort)
+
+
+# -- std from a variance -----------------------------------------------------------------------
+# Its own op, not sqrt: at a variance of 0 (a constant slice) sqrt's derivative is +inf and
+# the chain gives 0 * inf = NaN, while std (a norm of the deviations) has 0 as a
+# subgradient there. Masking is right only because a variance is at its minimum (zero
+# gradient) wherever it is 0, so it cannot move into sqrt: sqrt itself keeps +inf.
+def _std_from_var_infer(t, a):
+    dt = np.dtype(t[0].dtype)
+    return [(tuple(t[0].shape), dt if dt.kind == "f" else np.dtype(np.float64))]
+
+
+defop("_std_from_var(Tensor self) -> Tensor", C, _std_from_var_infer, np.sqrt)
+
+
+def std_from_var(var):
+    """``std`` given ``var`` (a variance, so >= 0): ``sqrt(var)``, gradient 0 where var == 0."""
+    return apply("_std_from_var.default", [var], {})

@@ -15,11 +15,16 @@ Contract
 """
 from __future__ import annotations
 
+import dis
+
 import numpy as np
 
+from gradjit.tracer import pytree
 from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.numpy_methods import NumpyMethods
 from gradjit.tracer.ir import Graph
-from gradjit.tracer.registry import GradjitError, bind_attrs, get_op, user_site
+from gradjit.tracer.registry import GradjitError, _user_frame, bind_attrs, get_op, user_site
+from gradjit.tracer.tracer_setitem import VIEW_OPS, note_view, setitem
 
 
 class TracerValueError(GradjitError, TypeError):
@@ -32,8 +37,23 @@ _ADVICE = ("the value of a traced array is not known while gj.jit / gj.grad trac
            "configuration value.")
 
 
-class Tracer(ArrayOps):
-    __slots__ = ("graph", "value")
+_STORE_ADVICE = ("a traced value cannot be stored into a NumPy array made outside the traced "
+                 "function or of an integer dtype (out[i] = v): make the array inside the "
+                 "function with np.zeros / np.empty / np.full of a float dtype or "
+                 "np.zeros_like(x) (traced buffers you can assign into), or collect the values "
+                 "in a list and np.stack them")
+
+
+def _storing_into_array():
+    """Is the user's current instruction a subscript store (``out[i] = v``)?"""
+    f = _user_frame(2)
+    if f is None:
+        return False
+    return dis.opname[f.f_code.co_code[f.f_lasti]] == "STORE_SUBSCR"
+
+
+class Tracer(NumpyMethods, ArrayOps):
+    __slots__ = ("graph", "value", "__weakref__")   # (weak: tracer_setitem's view tree)
 
     def __init__(self, graph, value):
         self.graph = graph
@@ -46,6 +66,8 @@ class Tracer(ArrayOps):
         return f"Tracer({self.value!r})"
 
     def _fail(self, what):
+        if _storing_into_array():
+            raise TracerValueError(_STORE_ADVICE, user_site())
         raise TracerValueError(_ADVICE.format(what=what), user_site())
 
     def __bool__(self):
@@ -67,9 +89,12 @@ class Tracer(ArrayOps):
         self._fail(".tolist() of a traced array")
 
     def __setitem__(self, index, value):
-        raise GradjitError("item assignment (x[i] = v) is not supported on traced arrays in "
-                           "gj.jit / gj.grad: build the new array instead, e.g. "
-                           "x = gj.where(mask, v, x)", user_site())
+        setitem(self, index, value)   # rebinds this tracer (tracer/tracer_setitem.py)
+
+    def _copy(self):
+        """A new tracer of the same value: a NumPy copy, which later assignments to either
+        one do not share."""
+        return Tracer(self.graph, self.value)
 
     def __array__(self, dtype=None, copy=None):
         self._fail("np.asarray() of a traced array (a NumPy function gradjit does not trace)")
@@ -78,7 +103,7 @@ class Tracer(ArrayOps):
         return constant(self.graph, array)
 
     @classmethod
-    def _apply(cls, op_name, inputs, attrs):
+    def _apply(cls, op_name, inputs, attrs, view_of=True):
         g = next(x.graph for x in inputs if isinstance(x, Tracer))
         op = get_op(op_name)
         attrs = bind_attrs(op, attrs)
@@ -95,6 +120,8 @@ class Tracer(ArrayOps):
         out_types = op.infer(vals, attrs)
         outs = g.add_node(op_name, vals, attrs, out_types, site)
         res = [Tracer(g, v) for v in outs]
+        if op_name in VIEW_OPS and view_of and g.view_tree is not None:
+            note_view(inputs[0], res[0], op_name, attrs)   # NumPy's view semantics
         return res[0] if len(res) == 1 else tuple(res)
 
 
@@ -137,39 +164,21 @@ def trace(args, name="jit"):
 
 
 def flatten_output(graph, out):
-    """``(values, tree)``: the leaves of a result made of tuples, lists and dicts (nested),
-    in order, and the structure to rebuild it; a leaf is a tracer, array or scalar."""
-    if isinstance(out, (tuple, list, dict)):
-        vals = []
-        return vals, _flatten(graph, out, vals)
-    return [_as_tracer(graph, out).value], "single"
-
-
-def _flatten(graph, out, vals):
-    if isinstance(out, dict):
-        return ("dict", [(k, _flatten(graph, v, vals)) for k, v in out.items()])
-    if isinstance(out, (tuple, list)):
-        return (type(out).__name__, [_flatten(graph, o, vals) for o in out])
-    x = out if isinstance(out, Tracer) else np.asarray(out)
-    if not isinstance(x, Tracer) and x.dtype == object:
-        raise TypeError(f"{graph.name}: a traced function must return arrays, numbers, or tuples, "
-                        f"lists and dicts of them; got {type(out).__name__}")
-    vals.append(_as_tracer(graph, x).value)
-    return None
+    """``(values, tree)``: the leaves of a result made of tuples, lists, dicts and
+    namedtuples (nested, tracer/pytree.py), in order, and the structure to rebuild it; a
+    leaf is a tracer, array or number."""
+    leaves, tree = pytree.flatten(out)
+    vals = []
+    for x in leaves:
+        if not isinstance(x, Tracer):
+            x = np.asarray(x)
+            if x.dtype == object:
+                raise TypeError(f"{graph.name}: a traced function must return arrays, numbers, "
+                                f"or tuples, lists, dicts and namedtuples of them; got "
+                                f"{type(out).__name__}")
+        vals.append(_as_tracer(graph, x).value)
+    return vals, tree
 
 
 def unflatten_output(tree, items):
-    if tree == "single":
-        return items[0]
-    it = iter(items)
-    return _unflatten(tree, it)
-
-
-def _unflatten(tree, it):
-    if tree is None:
-        return next(it)
-    kind, parts = tree
-    if kind == "dict":
-        return {k: _unflatten(t, it) for k, t in parts}
-    seq = [_unflatten(t, it) for t in parts]
-    return tuple(seq) if kind == "tuple" else seq
+    return pytree.unflatten(tree, list(items))

@@ -36,7 +36,7 @@ def _binary(x, y, p, w):
 def _reductions(x, d):
     return (x.amin(1), x.amin(), x.amin((0,), keepdim=True), x.prod(), x.prod(1),
             x.prod(0, keepdim=True), x.logsumexp(1), x.logsumexp(), x.norm(), x.norm(1, 1),
-            x.norm(float("inf"), 0), x.norm(float("-inf"), 1), x.norm(3, 1), x.var(1), x.std(),
+            x.norm(float("inf"), 0), x.norm(float("-inf"), 1), x.norm(3, 1), x.var(1, unbiased=True), x.std(unbiased=True),
             x.cumsum(0), x.cumsum(1), d.cumsum(0), x.nansum())
 
 
@@ -53,9 +53,9 @@ def _arrays(rng, kinds, shape=(3, 4)):
 def _indexing(x, d):
     from gradjit.tracer.api import apply
     i = np.array([2, 0, -1, 2])
-    v, k = x.max(1)
+    v, k = x.max(dim=1)
     return (x[1:, ::-2], x[:, i], x[np.array([0, 2]), np.array([-1, 1])], x.gather(1, i[None].repeat(3, 0)),
-            v, k, x.min(0, keepdim=True)[0], d.max(0)[0], x.flip(1), x.roll(1, 0), x.diagonal(1),
+            v, k, x.min(dim=0, keepdim=True)[0], d.max(dim=0)[0], x.flip(1), x.roll(1, 0), x.diagonal(1),
             apply("index_add.default", [x, i[:3], x[:, :3] * 2.0], {"dim": 1, "alpha": 0.5}),
             apply("scatter_add.default", [x, i[None, :2].repeat(3, 0), x], {"dim": 1}),
             apply("slice_backward.default", [x[:, ::-1]], {"input_sizes": (3, 6), "dim": 1,

@@ -16,6 +16,7 @@ import yaml
 import gradjit as gj
 from gradjit.lowering import formulas
 from gradjit.tracer.api import apply
+from gradjit.tracer.ops_reduce import std_from_var
 from gradjit.tracer.registry import OPS, get_op, parse_schema
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
@@ -123,6 +124,8 @@ CASES = {
     "sign.default": C(lambda a: a.sign() * a, NZ(2, 3)),
     "zeros_like.default": C(lambda a: apply("zeros_like.default", [a], {}) + a * a, U(2, 3)),
     "ones_like.default": C(lambda a: apply("ones_like.default", [a], {}) * a.exp(), U(2, 3)),
+    # no gradient through detach: the case's finite differences see none either (times 0)
+    "detach.default": C(lambda a: a.exp() + apply("detach.default", [a], {}) * 0.0, U(2, 3)),
     "where.self": C(lambda c, a, b: where(c, a, b), B(2, 3), U(2, 3), U(3)),
     "_to_copy.default": C(lambda a: a.to(np.float32), U(2, 3), eps=1e-2, rtol=1e-3, atol=1e-4),
     # comparisons: used as a condition
@@ -213,13 +216,15 @@ CASES = {
     "prod.default": C(lambda a: a.prod(), NZ(2, 3)),
     "prod.dim_int": C(lambda a: (a.prod(1), a.prod(0, keepdim=True)), NZ(2, 3)),
     "logsumexp.default": C(lambda a: (a.logsumexp(1), a.logsumexp()), U(2, 3)),
+    "_std_from_var.default": C(lambda a: (std_from_var(a), std_from_var(((a - a.mean()) ** 2)
+                                                                        .mean())), P(2, 3)),
     "linalg_vector_norm.default": C(lambda a: (a.norm(), a.norm(1, 1), a.norm(3, 0)), NZ(2, 3)),
     "cumsum.default": C(lambda a: (a.cumsum(1), a.cumsum(0)), U(2, 3)),
     "cumprod.default": C(lambda a: (a.cumprod(1), a.cumprod(0)), NZ(2, 3)),
     "logcumsumexp.default": C(lambda a: (a.logcumsumexp(1), a.logcumsumexp(0)), U(2, 3)),
     "cummax.default": C(lambda a: (a.cummax(1)[0], a.cummax(0)[0]), U(3, 4)),
     "cummin.default": C(lambda a: (a.cummin(1)[0], a.cummin(0)[0]), U(3, 4)),
-    "sort.default": C(lambda a: (a.sort(1)[0], a.sort(0, descending=True)[0]), U(3, 4)),
+    "sort.default": C(lambda a: (a.sort(dim=1)[0], a.sort(dim=0, descending=True)[0]), U(3, 4)),
     # indexing (tracer/ops_index.py)
     "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),
     "slice_backward.default": C(lambda a, b: gj.cat([a, b], 1), U(2, 3), U(2, 2)),
@@ -230,8 +235,8 @@ CASES = {
     "scatter_add.default": C(lambda a, b: apply("scatter_add.default",
                                                 [a, np.array([[0, 0], [2, 1]]), b], {"dim": 1}),
                              U(2, 3), U(2, 2)),
-    "max.dim": C(lambda a: (a.max(1)[0], a.max(0, keepdim=True)[0]), U(3, 4)),
-    "min.dim": C(lambda a: (a.min(1)[0], a.min(-1, keepdim=True)[0]), U(3, 4)),
+    "max.dim": C(lambda a: (a.max(dim=1)[0], a.max(dim=0, keepdim=True)[0]), U(3, 4)),
+    "min.dim": C(lambda a: (a.min(dim=1)[0], a.min(dim=-1, keepdim=True)[0]), U(3, 4)),
     # linear algebra (well-conditioned by construction: + 3 I, A A' + 3 I, distinct spectra)
     "linalg_inv.default": C(lambda a: gj.linalg.inv(a + np.eye(3) * 3), U(3, 3)),
     "linalg_det.default": C(lambda a: gj.linalg.det(a + np.eye(3) * 3), U(2, 3, 3)),

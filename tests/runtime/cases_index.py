@@ -43,11 +43,11 @@ case("take_along_dim", lambda x: np.take_along_axis(x, np.array([[2], [0]]), -1)
      tag="np")
 case("take", lambda x: np.take(x, [[0, 5], [5, 2]]), normal(2, 3))
 case("masked_fill", lambda x: x.masked_fill(_MASK, 0.5), normal(3, 4))
-case("max.dim", lambda x: x.max(1)[0], distinct(3, 4))
-case("max.dim", lambda x: x.max(-1, keepdim=True)[0], distinct(2, 3), tag="keepdim")
-case("max.dim", lambda x: x.max(0)[0], distinct(), tag="0d")
-case("min.dim", lambda x: x.min(0)[0] * x.min(0)[1], distinct(3, 4))
-case("min.dim", lambda x: x.min(0)[0], distinct(1, 4), tag="size1")
+case("max.dim", lambda x: x.max(dim=1)[0], distinct(3, 4))
+case("max.dim", lambda x: x.max(dim=-1, keepdim=True)[0], distinct(2, 3), tag="keepdim")
+case("max.dim", lambda x: x.max(dim=0)[0], distinct(), tag="0d")
+case("min.dim", lambda x: x.min(dim=0)[0] * x.min(dim=0)[1], distinct(3, 4))
+case("min.dim", lambda x: x.min(dim=0)[0], distinct(1, 4), tag="size1")
 
 # shape
 case("cat", lambda x, y: gj.cat([x, y, x], 1), normal(2, 3), normal(2, 1))
@@ -63,7 +63,7 @@ case("flip", lambda x: x.flip(0, -1), normal(2, 3))
 case("flip", lambda x: np.flip(x), normal(3), tag="np")
 case("roll", lambda x: x.roll(1, 1), normal(2, 3))
 case("roll", lambda x: np.roll(x, -4), normal(2, 3), tag="np-flat")
-case("repeat", lambda x: x.repeat(2, 1, 3), normal(2, 2))
+case("repeat", lambda x: gj.repeat(x, 2, 1, 3), normal(2, 2))
 case("tile", lambda x: np.tile(x, (2, 1)), normal(3))
 case("tril", lambda x: x.tril(), normal(3, 3))
 case("triu", lambda x: np.triu(x, 1), normal(2, 3, 4))
@@ -72,13 +72,13 @@ case("diagonal", lambda x: x.diagonal(-1, 2, 0), normal(3, 2, 4), tag="offset-di
 
 
 def _indexing_all(x, d):
-    v, i = d.max(1)
+    v, i = d.max(dim=1)
     return (x[:, ::-2].sum(1) + x[:, _I[:2]].prod(1) + x.gather(1, _I[None, :3].repeat(3, 0)).sum(1)
-            + v[:3] * i[:3] + d.min(0, keepdim=True)[0][0, :3] + x[:, :3][_MASK[:, :3]].sum())
+            + v[:3] * i[:3] + d.min(dim=0, keepdim=True)[0][0, :3] + x[:, :3][_MASK[:, :3]].sum())
 
 
 def _shape_all(x):
-    return (gj.cat([x, x.flip(1)], 0).roll(1, 0).tril(1)[2:5] + x.repeat(1, 1).triu()
+    return (gj.cat([x, x.flip(1)], 0).roll(1, 0).tril(1)[2:5] + gj.repeat(x, 1, 1).triu()
             + x.diagonal()[None, :] * gj.stack(x.chunk(3, 1), 0).sum(0).sum(1, keepdim=True))
 
 

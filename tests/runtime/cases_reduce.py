@@ -47,12 +47,12 @@ case("prod.dim_int", lambda x: _with_zeros(1)(x).prod(1), away(2, 3), tag="one-z
 case("prod.dim_int", lambda x: _with_zeros(2)(x).prod(1), away(2, 3), tag="two-zeros")
 
 # var / std (+ _mean)
-case("var", lambda x: x.var(), normal(3, 4))
+case("var", lambda x: x.var(unbiased=True), normal(3, 4))
 case("var", lambda x: x.var(1, keepdim=True), normal(3, 4), tag="dim")
 case("var", lambda x: x.var((0, 2), unbiased=False), normal(2, 3, 4), tag="biased")
 case("var", lambda x: np.var(x, axis=0, ddof=1), normal(4, 2), tag="np-ddof")
 case("var", lambda x: np.var(x), normal(1, 5), tag="np")
-case("std", lambda x: x.std(-1), normal(3, 4))
+case("std", lambda x: x.std(-1, unbiased=True), normal(3, 4))
 case("std", lambda x: x.std(correction=0), normal(2, 3), tag="correction")
 case("std", lambda x: np.std(x, axis=1, keepdims=True), normal(3, 4), tag="np")
 case("var_mean", lambda x: x.var_mean(1)[0] * x.var_mean(1)[1], normal(3, 4))
@@ -107,12 +107,12 @@ case("cummin", lambda x: x.cummin(-1)[0], distinct(2, 5))
 case("cummin", lambda x: x.cummin(0)[0], distinct(4, 2), tag="dim0")
 
 # sort and its composites: topk, kthvalue, median; dist
-case("sort", lambda x: x.sort()[0], distinct(3, 4))
-case("sort", lambda x: x.sort(0, descending=True)[0] * x, distinct(3, 2), tag="desc")
+case("sort", lambda x: x.sort(dim=-1)[0], distinct(3, 4))
+case("sort", lambda x: x.sort(dim=0, descending=True)[0] * x, distinct(3, 2), tag="desc")
 case("sort", lambda x: np.sort(x, axis=0), distinct(2, 3, 2), tag="np")
 case("sort", lambda x: np.sort(x), distinct(5), tag="np-1d")
-case("sort", lambda x: x.sort(0)[0], distinct(), tag="0d")
-case("sort", lambda x: x.sort(1)[0], distinct(3, 1), tag="size1")
+case("sort", lambda x: x.sort(dim=0)[0], distinct(), tag="0d")
+case("sort", lambda x: x.sort(dim=1)[0], distinct(3, 1), tag="size1")
 case("topk", lambda x: x.topk(2)[0], distinct(3, 4))
 case("topk", lambda x: x.topk(2, dim=0, largest=False)[0], distinct(3, 4), tag="smallest")
 case("kthvalue", lambda x: x.kthvalue(2)[0], distinct(3, 4))
@@ -136,7 +136,7 @@ case("reductions", _reduce_all, away(3, 4), distinct(3, 4), rep=True)
 
 def _scans_all(x, d):
     return ((x.cumprod(1) + x.logcumsumexp(1)) * d.cummax(1)[0] + d.cummin(0)[0]
-            + d.sort(1)[0] * x + d.median(1, keepdim=True)[0])
+            + d.sort(dim=1)[0] * x + d.median(1, keepdim=True)[0])
 
 
 case("scans", _scans_all, away(3, 4), distinct(3, 4), rep=True)

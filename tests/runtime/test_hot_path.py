@@ -27,7 +27,7 @@ def test_alternating_signatures_give_each_its_own_result(rng):
     big = [rng.normal(size=9) for _ in range(3)]
     f32 = [a.astype(np.float32) for a in small]
     strided = [rng.normal(size=10)[::2] for _ in range(3)]
-    for args in (small, big, small, f32, big, strided, small, [list(a) for a in small]):
+    for args in (small, big, small, f32, big, strided, small):
         got = g(*args)
         want = reference(*[np.asarray(a, dtype=np.float64) for a in args])
         for a, b in zip(got, want):

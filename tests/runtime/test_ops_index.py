@@ -40,12 +40,12 @@ def test_max_min_dim_ties_and_nan_as_torch(executor, monkeypatch):
     if executor == "numpy":
         monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
     x = gj.tensor(np.array([[1.0, 3.0, 3.0], [np.nan, 2.0, np.nan]]), requires_grad=True)
-    v, i = x.max(1)
+    v, i = x.max(dim=1)
     assert i.dtype == np.int64 and not i.requires_grad
     np.testing.assert_array_equal(i.data, [1, 0])
     v[0].backward()
     np.testing.assert_array_equal(x.grad.data, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
-    fv, fi = gj.jit(lambda a: a.min(0))(np.array([[2.0, 1.0], [2.0, 0.0]]))
+    fv, fi = gj.jit(lambda a: a.min(dim=0))(np.array([[2.0, 1.0], [2.0, 0.0]]))
     np.testing.assert_array_equal(fi, [0, 1])
 
 
@@ -62,7 +62,7 @@ def test_traced_integer_index(interpreted):
 def test_float32_and_compiled_views():
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     def f(a):
-        return (a[::-1, 1::2].sin() * gj.cat([a[:, :2], a[:, 2:]], 0)[:3, :2]).sum() + a.max(1)[0].sum()
+        return (a[::-1, 1::2].sin() * gj.cat([a[:, :2], a[:, 2:]], 0)[:3, :2]).sum() + a.max(dim=1)[0].sum()
     v, g = gj.value_and_grad(f)(x)
     assert v.dtype == np.float32 and g.dtype == np.float32
 
@@ -88,4 +88,4 @@ def test_errors(interpreted):
     with pytest.raises(gj.ShapeError, match="tril: input tensor must have at least 2 dimensions"):
         gj.tensor(np.ones(3)).tril()
     with pytest.raises(IndexError, match="Dimension out of range"):
-        x.max(2)
+        x.max(dim=2)

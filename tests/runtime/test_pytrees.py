@@ -1,0 +1,164 @@
+"""Function transforms take and return pytrees; non-array arguments are static.
+
+Gradients are compared with central finite differences of the same NumPy function.
+"""
+import collections
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.tracer import pytree
+from tests.fd import numerical_grad
+
+P = collections.namedtuple("P", "w b")
+
+
+def _loss(w, b, x):
+    return np.tanh(x @ w + b).sum()
+
+
+@pytest.fixture
+def data(rng):
+    return rng.normal(size=(3, 2)), rng.normal(size=2), rng.normal(size=(4, 3))
+
+
+def _fd(w, b, x):
+    return numerical_grad(_loss, [w, b, x], 0), numerical_grad(_loss, [w, b, x], 1)
+
+
+@pytest.mark.parametrize("kind", ["dict", "list", "tuple", "namedtuple", "nested"])
+def test_grad_of_a_pytree_has_its_structure(kind, data):
+    w, b, x = data
+    gw, gb = _fd(w, b, x)
+    if kind == "dict":
+        params, f = {"w": w, "b": b}, lambda p, x: _loss(p["w"], p["b"], x)
+        want = {"w": gw, "b": gb}
+    elif kind == "list":
+        params, f = [w, b], lambda p, x: _loss(p[0], p[1], x)
+        want = [gw, gb]
+    elif kind == "tuple":
+        params, f = (w, b), lambda p, x: _loss(p[0], p[1], x)
+        want = (gw, gb)
+    elif kind == "namedtuple":
+        params, f = P(w, b), lambda p, x: _loss(p.w, p.b, x)
+        want = P(gw, gb)
+    else:
+        params = {"layer": [w, {"bias": b}], "unused": None}
+        f = lambda p, x: _loss(p["layer"][0], p["layer"][1]["bias"], x)  # noqa: E731
+        want = {"layer": [gw, {"bias": gb}], "unused": None}
+    got = gj.grad(f)(params, x)
+    assert type(got) is type(want)
+    got_leaves, got_tree = pytree.flatten(got)
+    want_leaves, want_tree = pytree.flatten(want)
+    assert got_tree == want_tree
+    for g, e in zip(got_leaves, want_leaves):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-8)
+
+
+def test_tuple_argument_is_not_stacked(data):
+    w, b, x = data
+    f = gj.jit(lambda p: (p[0] * 2, p[1] + 1))
+    a, c = f((w, b))
+    np.testing.assert_allclose(a, w * 2)
+    np.testing.assert_allclose(c, b + 1)
+
+
+def test_argnums_over_pytrees_and_value_and_grad(data):
+    w, b, x = data
+    gw, gb = _fd(w, b, x)
+    gx = numerical_grad(_loss, [w, b, x], 2)
+    f = lambda p, x: _loss(p["w"], p["b"], x)  # noqa: E731
+    v, (gp, gxx) = gj.value_and_grad(f, argnums=(0, 1))({"w": w, "b": b}, x)
+    np.testing.assert_allclose(v, _loss(w, b, x))
+    np.testing.assert_allclose(gp["w"], gw, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gp["b"], gb, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gxx, gx, rtol=1e-6, atol=1e-8)
+
+
+def test_has_aux(data):
+    w, b, x = data
+
+    def f(w):
+        y = x @ w + b
+        return (y ** 2).sum(), {"mean": y.mean(), "y": y}
+    g, aux = gj.grad(f, has_aux=True)(w)
+    np.testing.assert_allclose(g, 2 * x.T @ (x @ w + b))
+    np.testing.assert_allclose(aux["y"], x @ w + b)
+    (v, aux2), g2 = gj.value_and_grad(f, has_aux=True)(w)
+    np.testing.assert_allclose(v, ((x @ w + b) ** 2).sum())
+    np.testing.assert_allclose(aux2["mean"], (x @ w + b).mean())
+    np.testing.assert_allclose(g2, g)
+    with pytest.raises(gj.GradjitError, match="has_aux=True needs the function to return a pair"):
+        gj.grad(lambda w: (w ** 2).sum(), has_aux=True)(w)
+
+
+def test_non_array_arguments_are_static(data):
+    w, b, x = data
+    f = gj.grad(lambda s, a, c: np.einsum(s, a, c).sum(), argnums=(1, 2))
+    ga, gc = f("ij,jk->ik", x, w)
+    np.testing.assert_allclose(ga, np.ones((4, 2)) @ w.T)
+    np.testing.assert_allclose(gc, x.T @ np.ones((4, 2)))
+    powers = gj.grad(lambda x, n: (x ** n).sum())
+    np.testing.assert_allclose(powers(w, 2), 2 * w)
+    np.testing.assert_allclose(powers(w, 3), 3 * w ** 2)   # a new static value: a new trace
+    assert len(powers._compiled) == 2
+    powers(w, 3)
+    assert len(powers._compiled) == 2
+    act = gj.grad(lambda x, fn, flag: fn(x).sum() if flag else x.sum())
+    np.testing.assert_allclose(act(w, np.sin, True), np.cos(w))
+    np.testing.assert_allclose(act(w, np.sin, False), np.ones_like(w))
+
+
+def test_keyword_arguments_and_static_argnames(data):
+    w, b, x = data
+    f = gj.grad(lambda x, scale=1.0, power=2: (scale * x ** power).sum(), static_argnames="power")
+    np.testing.assert_allclose(f(w), 2 * w)
+    np.testing.assert_allclose(f(w, scale=3.0, power=3), 9 * w ** 2)
+    np.testing.assert_allclose(f(w, 0.5, 2), w)
+    j = gj.jit(lambda a, n: a.reshape(n, -1), static_argnums=1)
+    assert j(x, 2).shape == (2, 6)
+
+
+def test_python_float_is_traced_not_static(data):
+    w = data[0]
+    f = gj.jit(lambda a, s: a * s)
+    np.testing.assert_allclose(f(w, 2.0), 2 * w)
+    np.testing.assert_allclose(f(w, 3.0), 3 * w)
+    assert len(f._compiled) == 1
+
+
+def test_unhashable_static_leaf_is_a_clear_error(data):
+    w = data[0]
+    with pytest.raises(TypeError, match="neither an array nor hashable"):
+        gj.jit(lambda a, s: a)(w, {1, 2})
+
+
+def test_jit_returns_namedtuples_and_nested_structures(data):
+    w, b, x = data
+    out = gj.jit(lambda w, b: {"p": P(w * 2, b), "n": [b.sum(), None]})(w, b)
+    assert isinstance(out["p"], P) and out["n"][1] is None
+    np.testing.assert_allclose(out["p"].w, 2 * w)
+
+
+def test_jacrev_of_a_dict(data):
+    w = data[0]
+    jac = gj.jacrev(lambda p: np.sin(p["a"]) * p["c"])({"a": w[:, 0], "c": w[:, 1]})
+    np.testing.assert_allclose(jac["a"], np.diag(np.cos(w[:, 0]) * w[:, 1]))
+    np.testing.assert_allclose(jac["c"], np.diag(np.sin(w[:, 0])))
+
+
+def test_nested_grad_over_pytrees(data):
+    w = data[0]
+    inner = gj.grad(lambda p: (p["a"] ** 3).sum())
+    outer = gj.grad(lambda p: inner(p)["a"].sum())
+    np.testing.assert_allclose(outer({"a": w})["a"], 6 * w)
+
+
+def test_ravel_pytree_round_trip(data):
+    w, b, _ = data
+    flat, unravel = pytree.ravel_pytree({"w": w, "b": [b, np.float32(2.0)]})
+    assert flat.shape == (w.size + b.size + 1,)
+    back = unravel(flat)
+    np.testing.assert_array_equal(back["w"], w)
+    assert back["b"][1].dtype == np.float32

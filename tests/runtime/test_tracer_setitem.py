@@ -1,0 +1,128 @@
+"""``x[i] = v`` on traced arrays and preallocated buffers: NumPy's values, exact gradients,
+and NumPy's view semantics (an assignment through a view changes its base and its
+other views)."""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from tests.fd import numerical_grad
+
+
+def _fill(x):
+    out = np.zeros((3, 2))
+    for i in range(3):
+        out[i] = x[i] * np.array([1.0, 2.0])
+    out[:, 1] += x ** 2
+    out[np.array([0, 0]), 0] = x[1:] * 3.0      # repeated index: the last write wins
+    out[out.shape[0] - 1] = np.sin(x[:2])
+    return out
+
+
+def _scan(x):
+    traj = np.empty((4, x.size))
+    traj[0] = x
+    for t in range(1, 4):
+        traj[t] = traj[t - 1] + 0.1 * np.tanh(traj[t - 1])
+    return traj
+
+
+def _mask(x):
+    y = x.copy()
+    y[x > 1.5] = 0.0
+    y[..., 0] = -y[..., 0]
+    return y
+
+
+@pytest.mark.parametrize("f", [_fill, _scan, _mask], ids=["fill", "scan", "mask"])
+def test_assignment_matches_numpy_and_finite_differences(f):
+    x = np.array([0.5, 1.25, 2.0])
+    np.testing.assert_allclose(gj.jit(f)(x), f(x.copy()))
+    w = np.arange(1.0, np.size(f(x)) + 1).reshape(np.shape(f(x)))
+    g = gj.grad(lambda x: (f(x) * w).sum())(x)
+    np.testing.assert_allclose(g, numerical_grad(lambda x: f(x) * w, [x], 0), rtol=1e-6,
+                               atol=1e-8)
+
+
+def test_copies_do_not_share_assignments(interpreted):
+    def f(x):
+        y, z, c = x.copy(), np.array(x), np.copy(x)
+        y[0], z[1], c[2] = 10.0, 20.0, 30.0
+        a = np.asarray(x)            # the same array: shares the assignment
+        a[0] = -1.0
+        return x, y, z, c
+    x = np.array([1.0, 2.0, 3.0])
+    for got, want in zip(gj.jit(f)(x), f(x.copy())):
+        np.testing.assert_allclose(got, want)
+
+
+def _stale_view(x):
+    x = x * 1.0
+    row = x[0]
+    x[0, 1] = 5.0                  # row sees it
+    return row * 2 + x[1]
+
+
+def _through_reshape(x):
+    mask = np.ones(x.shape)
+    mask.reshape(-1)[:2] = 0.0     # writes mask
+    return x * mask
+
+
+def _transposed(x):
+    y = x * 1.0
+    y.T[0] = 7.0                   # column 0 of y
+    z = y.T.reshape(-1)            # NumPy copies here: z is independent
+    z[0] = -1.0
+    return y, z
+
+
+def _nested(x):
+    y = x * 1.0
+    v = y[:, 1:]
+    w = v[0]
+    w[0] = x[0, 0] * 3             # y[0, 1], v[0, 0] and w[0] all change
+    return y.sum() + v.sum() * 2 + w.sum() * 4
+
+
+@pytest.mark.parametrize("f", [_stale_view, _through_reshape, _transposed, _nested])
+def test_views_share_assignments_as_numpy_views_do(f):
+    x = np.arange(6.0).reshape(2, 3) + 1
+    got, want = gj.jit(f)(x), f(x.copy())
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple)
+                    else [want]):
+        np.testing.assert_allclose(g, w)
+    if not isinstance(want, tuple):
+        wt = np.arange(1.0, np.size(want) + 1).reshape(np.shape(want))
+        np.testing.assert_allclose(gj.grad(lambda x: (f(x) * wt).sum())(x),
+                                   numerical_grad(lambda x: f(x) * wt, [x], 0), rtol=1e-6)
+
+
+def test_read_only_views_refuse_assignment(interpreted):
+    def f(x):
+        b = np.broadcast_to(x[0], (2, 3))
+        b[0, 0] = 1.0
+        return b
+    with pytest.raises(ValueError, match="read-only"):
+        gj.jit(f)(np.ones((2, 3)))
+
+
+def test_traced_index_and_outside_arrays_are_clear_errors(interpreted):
+    x = np.arange(3.0)
+    with pytest.raises(gj.GradjitError, match="traced index"):
+        gj.jit(lambda x, i: (lambda y: (y.__setitem__(i, 1.0), y)[1])(x * 1.0))(x, np.array([1]))
+    ints = np.zeros(3, dtype=np.int64)
+
+    def into_int_buffer(x):
+        out = np.zeros(3, dtype=np.int64)
+        out[0] = x[0]
+        return out
+    with pytest.raises(gj.TracerValueError, match="cannot be stored into a NumPy array"):
+        gj.jit(into_int_buffer)(x)
+    assert not ints.any()
+
+
+def test_library_arrays_stay_arrays_inside_a_trace(interpreted):
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(gj.jit(lambda x: np.pad(x, 1) + np.zeros(4, dtype=int))(x),
+                               [0.0, 1.0, 2.0, 0.0])
+    assert isinstance(np.zeros(2), np.ndarray)      # outside a trace: NumPy's own

@@ -1,0 +1,43 @@
+"""torch-style module functions: ``gj.add(a, b, alpha=2)``, ``gj.atan2(y, x)``, ``gj.einsum``.
+
+Contract: ``FUNCTIONS`` maps each torch-named method of the op surface
+(``ArrayOps``) to a function of the same name taking the tensor first, as
+``torch.<name>(input, ...)`` does. It calls the torch-named method unbound, so
+it keeps torch's semantics on tensors and traced values alike (a traced value's
+own methods follow NumPy). A first argument that is not a gradjit value becomes
+a constant beside the first gradjit value among the others, or a ``gj.tensor``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.einsum import einsum
+
+# Methods that are not torch module functions (conversions, constructors, shape queries).
+_NOT_FUNCTIONS = {"to", "type_as", "astype", "float", "double", "view", "view_as", "reshape_as",
+                  "expand_as", "contiguous", "size", "dim", "expand", "new_empty", "new_full",
+                  "new_ones", "new_tensor", "new_zeros", "index_put"}
+
+
+def _function(name):
+    method = getattr(ArrayOps, name)
+
+    def fn(input, *args, **kwargs):
+        if not isinstance(input, ArrayOps):
+            like = next((a for a in args if isinstance(a, ArrayOps)), None)
+            if like is not None:
+                input = like._const(np.asarray(input))
+            else:
+                from gradjit.tracer.tensor import tensor
+                input = tensor(input)
+        return method(input, *args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``gj.{name}(input, ...)``: torch's ``{name}``, as ``input.{name}(...)`` on a tensor."
+    return fn
+
+
+FUNCTIONS = {name: _function(name) for name in dir(ArrayOps)
+             if not name.startswith("_") and name not in _NOT_FUNCTIONS
+             and callable(getattr(ArrayOps, name)) and not isinstance(getattr(ArrayOps, name), property)}
+FUNCTIONS["einsum"] = einsum
