@@ -230,6 +230,8 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     def __xor__(self, other): return np.bitwise_xor(self, other)
     def __rxor__(self, other): return np.bitwise_xor(other, self)
     def __invert__(self): return np.invert(self)
+    def __floordiv__(self, other): return np.floor_divide(self, other)
+    def __rfloordiv__(self, other): return np.floor_divide(other, self)
     def __neg__(self): return self._apply("neg.default", [self], {})
     def __pos__(self): return self
     def __abs__(self): return self._apply("abs.default", [self], {})

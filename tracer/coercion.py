@@ -20,9 +20,8 @@ Contract
 """
 from __future__ import annotations
 
-import ast
 import contextlib
-import linecache
+import dis
 import os
 import sys
 import threading
@@ -152,8 +151,8 @@ _CALLS = {}   # (code, instruction offset) -> is it a direct call of np.zeros & 
 def _called_by_user():
     """Did the user's own line call np.zeros & co.? Not a library's Python code (its
     folder), and not C or Cython code (np.random.normal's np.empty: such calls make no
-    frame, so the frame found is the user's, at the call of the C function): the call
-    expression at the frame's current instruction must name zeros, ones, empty or full."""
+    frame, so the frame found is the user's, at the call of the C function): the call at
+    the frame's current instruction must be of a name zeros, ones, empty or full."""
     if not _LIBRARY_DIRS:
         _LIBRARY_DIRS.append(_library_dirs())
     f = sys._getframe(2)
@@ -167,20 +166,42 @@ def _called_by_user():
     return hit
 
 
+_CALL_OPS = {"CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW"}
+_SKIP_OPS = {"CACHE", "PRECALL", "KW_NAMES", "EXTENDED_ARG", "NOP"}
+_NAME_OPS = {"LOAD_METHOD", "LOAD_ATTR", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF",
+             "LOAD_CLASSDEREF", "LOAD_FAST_CHECK"}
+
+
 def _names_a_buffer(code, lasti):
+    """Is the call at bytecode offset ``lasti`` a call of a name in ``_BUFFERS``? Read from
+    the bytecode (no source needed): walking back from the call over its arguments' net
+    stack effect reaches the instruction that loaded the callee."""
     try:
-        line, end, col, end_col = list(code.co_positions())[lasti // 2]
-        lines = linecache.getlines(code.co_filename)[line - 1:end]
-        if not lines or col is None:
-            return False
-        lines[-1] = lines[-1][:end_col]
-        lines[0] = lines[0][col:]
-        call = ast.parse("".join(lines).strip(), mode="eval").body
-    except (SyntaxError, ValueError, IndexError, TypeError):
+        instrs = list(dis.get_instructions(code))
+        # the instruction at lasti, or (3.11+) the call whose inline caches lasti is in
+        i = max(k for k, ins in enumerate(instrs) if ins.offset <= lasti)
+    except (TypeError, ValueError):
         return False
-    fn = call.func if isinstance(call, ast.Call) else None
-    name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-    return name in _BUFFERS
+    call = instrs[i]
+    if call.opname not in _CALL_OPS or call.arg is None:
+        return False
+    need = call.arg + (1 if call.opname in ("CALL_FUNCTION_KW", "CALL_KW") else 0)
+    j = i - 1
+    while j >= 0 and need > 0:
+        ins = instrs[j]
+        j -= 1
+        if ins.opname in _SKIP_OPS:
+            continue
+        if ins.opname.startswith(("JUMP", "POP_JUMP", "FOR_ITER", "RETURN", "SEND")):
+            return False   # control flow inside the arguments: not followed
+        try:
+            need -= dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT
+                                     else None, jump=False)
+        except ValueError:
+            return False
+    while j >= 0 and instrs[j].opname in _SKIP_OPS:
+        j -= 1
+    return need == 0 and j >= 0 and instrs[j].opname in _NAME_OPS and instrs[j].argval in _BUFFERS
 
 
 def _buffer(orig):

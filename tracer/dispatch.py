@@ -39,7 +39,11 @@ def is_scalar(x):
 
 
 def _py(x):
-    return x.item() if isinstance(x, np.generic) else x
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, int) and type(x) is not int and not isinstance(x, bool):
+        return int(x)   # an int subclass (a traced value's .size) is a weak Python int too
+    return x
 
 
 def norm_dim(d, ndim, op="dim"):

@@ -40,7 +40,8 @@ from numpy.lib.array_utils import normalize_axis_index
 from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
-from gradjit.tracer.numpy_methods import np_max, np_min, unsupported
+from gradjit.tracer.numpy_args import unsupported
+from gradjit.tracer.numpy_reduce import np_max, np_min
 from gradjit.tracer.registry import _OURS, ShapeError, user_site
 
 _BIG = np.dtype(np.int64)

@@ -36,7 +36,7 @@ import numpy as np
 from gradjit.tracer import linalg as L
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.methods_linalg import kron, tensordot
-from gradjit.tracer.numpy_methods import UnsupportedError
+from gradjit.tracer.numpy_args import UnsupportedError
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
@@ -96,6 +96,19 @@ def eigh(a, UPLO="L"):
     return L.eigh(symmetric_from_triangle(a, UPLO))
 
 
+def cholesky(a, upper=False):
+    """NumPy reads one triangle (the lower; ``upper=True``: the upper), so the gradient is
+    zero on the other, as finite differences of NumPy's function say."""
+    return L.cholesky(symmetric_from_triangle(a, "U" if upper else "L"), upper=upper)
+
+
+def vector_norm(x, axis=None, keepdims=False, ord=2):
+    if axis is not None:
+        return L.vector_norm(x, ord, axis, keepdims)
+    out = L.vector_norm(x.reshape(-1), ord)
+    return out.reshape((1,) * x.ndim) if keepdims else out
+
+
 def eigvalsh(a, UPLO="L"):
     return eigh(a, UPLO).eigenvalues
 
@@ -110,7 +123,14 @@ def solve(a, b):
 def lstsq(a, b, rcond=None):
     a, b = operands(a, b, floating=True)
     res = L.lstsq(a, b, rcond)
-    return res.solution, res.residuals, res.rank, res.singular_values
+    m, n = a.shape[-2:]
+    k = b.shape[-1] if b.ndim == a.ndim else 1
+    if m <= n or res.residuals is None:   # NumPy: no residuals (empty) unless m > n
+        residuals = np.zeros((0,), a.dtype)
+    else:   # (k,): one per column of b, (1,) for a vector b (full rank assumed: NumPy
+        #     returns none when the rank is below n, which is not known while tracing)
+        residuals = res.residuals.reshape((k,))
+    return res.solution, residuals, res.rank.astype(np.int32), res.singular_values
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
@@ -130,10 +150,25 @@ def norm(x, ord=None, axis=None, keepdims=False):
     if isinstance(axis, (tuple, list)) and len(axis) == 2 or (axis is None and x.ndim == 2
                                                               and ord is not None):
         return L.matrix_norm(x, "fro" if ord is None else ord, axis or (-2, -1), keepdims)
+    if ord is not None and not isinstance(ord, str) and np.isfinite(ord) and ord <= 0:
+        return _small_ord_norm(x, ord, axis, keepdims)
     if axis is None:
         out = L.vector_norm(x.reshape(-1), 2 if ord is None else ord)
         return out.reshape((1,) * x.ndim) if keepdims else out
     return L.vector_norm(x, 2 if ord is None else ord, axis, keepdims)
+
+
+def _small_ord_norm(x, ord, axis, keepdims):
+    """NumPy's vector norms of ord 0 (the count of nonzeros) and ord < 0
+    (``sum(|x|**ord) ** (1/ord)``), which torch's vector_norm does not define."""
+    flat = axis is None
+    v = x.reshape(-1) if flat else x
+    ax = None if flat else axis
+    if ord == 0:
+        out = (v != 0).astype(x.dtype).sum(axis=ax, keepdims=keepdims and not flat)
+    else:
+        out = ((abs(v) ** ord).sum(axis=ax, keepdims=keepdims and not flat)) ** (1.0 / ord)
+    return out.reshape((1,) * x.ndim) if flat and keepdims else out
 
 
 def multi_dot(arrays, *, out=None):
@@ -275,14 +310,13 @@ def _np_einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="
 NUMPY_FUNCTIONS = {
     np.linalg.inv: _floating(L.inv), np.linalg.det: _floating(L.det),
     np.linalg.slogdet: _floating(L.slogdet), np.linalg.solve: solve,
-    np.linalg.cholesky: _floating(lambda a, upper=False: L.cholesky(a, upper=upper)),
+    np.linalg.cholesky: _floating(cholesky),
     np.linalg.qr: qr, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.svd: svd,
     np.linalg.pinv: _floating(lambda a, rcond=None, hermitian=False: L.pinv(a)),
     np.linalg.lstsq: lstsq, np.linalg.norm: norm, np.linalg.multi_dot: multi_dot,
     np.linalg.matrix_norm: _floating(lambda x, keepdims=False, ord="fro": L.matrix_norm(
         x, ord, keepdim=keepdims)),
-    np.linalg.vector_norm: _floating(lambda x, axis=None, keepdims=False, ord=2: L.vector_norm(
-        x if axis is not None else x.reshape(-1), ord, axis, keepdims)),
+    np.linalg.vector_norm: _floating(vector_norm),
     np.linalg.cross: _linalg_cross, np.linalg.outer: _linalg_outer,
     np.linalg.trace: lambda x, /, *, offset=0, dtype=None: trace(x, offset, -2, -1, dtype),
     np.outer: outer, np.vdot: vdot, np.inner: inner, np.cross: cross, np.trace: trace,

@@ -6,11 +6,11 @@ Contract
   ``ddof=0``, ``x.max(1)`` returns the values, ``x.size`` is the element count,
   ``x.transpose(0, 2, 1)`` permutes, ``x.repeat(2, axis=0)`` repeats elements.
   ``gj.Tensor`` keeps torch's vocabulary (``tracer/api.py``).
-- ``NumpyMethods`` is mixed into ``Tracer`` ahead of ``ArrayOps``. Its methods
-  and the NumPy functions of the protocol table (``np.sum`` …, in
-  ``tracer/numpy_protocol.py``) share one implementation each (``np_sum`` …),
-  written on the torch-named surface called *unbound* (``ArrayOps.sum(a, …)``),
-  so they work on tensors and tracers alike and never recurse into NumPy's names.
+- ``NumpyMethods`` is mixed into ``Tracer`` ahead of ``ArrayOps``. A method and
+  the NumPy function of the same name share one implementation
+  (``tracer/numpy_reduce.py``'s ``np_sum`` …, or the method calls ``np.<name>``
+  itself, which dispatches to the protocol table), written on the torch-named
+  surface called unbound, so nothing recurses into NumPy's names.
 - Torch's forms still work where NumPy has no meaning for them, so code written
   for tensors (gradjit's nn layers and backward helpers, users' torch-style code)
   runs on tracers: torch's keywords (``dim=``, ``keepdim=``, ``unbiased=``,
@@ -31,170 +31,11 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.ops_reduce import std_from_var
+from gradjit.tracer.numpy_args import UnsupportedError, _unset, unsupported  # noqa: F401
+from gradjit.tracer.numpy_reduce import (np_cumprod, np_cumsum, np_max, np_mean, np_min,
+                                         np_prod, np_squeeze, np_std, np_sum, np_trace,
+                                         np_transpose, np_var)
 from gradjit.tracer.registry import GradjitError, user_site
-
-
-class UnsupportedError(GradjitError, TypeError):
-    """A NumPy call or argument gradjit does not trace (also raised by numpy_protocol)."""
-
-
-def unsupported(what):
-    raise UnsupportedError(f"{what} is not supported on traced arrays; see the README's list "
-                           f"of supported NumPy functions", user_site())
-
-
-def _unset(name, **given):
-    """Raise for keywords that were given a value gradjit cannot honour."""
-    for key, value in given.items():
-        if value is not None and value is not np._NoValue:
-            unsupported(f"{name}(..., {key}=...)")
-
-
-def _axis(name, axis, dim):
-    if dim is not None:
-        if axis is not None:
-            raise TypeError(f"{name}() got both axis= and dim=")
-        return dim
-    return axis
-
-
-def _keep(name, keepdims, keepdim):
-    if keepdim is not None:
-        return bool(keepdim)
-    if keepdims is np._NoValue or keepdims is None:
-        return False
-    if not isinstance(keepdims, (bool, np.bool_, numbers.Integral)):
-        raise TypeError(f"{name}(): keepdims must be a bool, got {type(keepdims).__name__}")
-    return bool(keepdims)
-
-
-def _dtype(name, a, dtype):
-    return a if dtype is None else ArrayOps.to(a, np.dtype(dtype))
-
-
-def _reducer(torch_name):
-    def fn(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
-           where=np._NoValue, *, dim=None, keepdim=None):
-        name = f"np.{torch_name}"
-        _unset(name, out=out, initial=initial, where=where)
-        if isinstance(dtype, (bool, np.bool_)):   # torch's x.sum(dim, keepdim)
-            dtype, keepdim = None, bool(dtype)
-        a = _dtype(name, a, dtype)
-        axis = _axis(name, axis, dim)
-        keep = _keep(name, keepdims, keepdim)
-        if torch_name == "prod":
-            return _prod(a, axis, keep)
-        return getattr(ArrayOps, torch_name)(a, axis, keep)
-    fn.__name__ = f"np_{torch_name}"
-    return fn
-
-
-def _prod(a, axis, keep):
-    if axis is None or isinstance(axis, numbers.Integral):
-        return ArrayOps.prod(a, axis, keep)
-    out = a
-    for d in sorted((int(d) % max(a.ndim, 1) for d in axis), reverse=True):
-        out = ArrayOps.prod(out, d, keep)
-    return out
-
-
-np_sum, np_mean, np_prod = _reducer("sum"), _reducer("mean"), _reducer("prod")
-
-
-def _extremum(kind):
-    def fn(a, axis=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
-           where=np._NoValue, *, dim=None, keepdim=None):
-        name = f"np.{kind}"
-        if dim is not None or isinstance(out, (bool, np.bool_)):   # torch's (values, indices)
-            return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
-                                           bool(out) if keepdim is None else keepdim)
-        _unset(name, out=out, initial=initial, where=where)
-        dims = () if axis is None else axis
-        return getattr(ArrayOps, f"a{kind}")(a, dims, _keep(name, keepdims, keepdim))
-    fn.__name__ = f"np_{kind}"
-    return fn
-
-
-np_max, np_min = _extremum("max"), _extremum("min")
-
-
-def _moment(kind):
-    def fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims=np._NoValue,
-           where=np._NoValue, mean=np._NoValue, correction=np._NoValue, *, dim=None,
-           keepdim=None, unbiased=None):
-        name = f"np.{kind}"
-        if dim is not None or keepdim is not None or unbiased is not None:   # torch's form
-            return getattr(ArrayOps, kind)(a, axis if dim is None else dim, unbiased,
-                                           bool(keepdim), axis=None)
-        _unset(name, out=out, where=where, mean=mean)
-        if correction is not np._NoValue:
-            if ddof != 0:
-                raise ValueError("ddof and correction can't be provided simultaneously.")
-            ddof = correction
-        a = _dtype(name, a, dtype)
-        axis = _axis(name, axis, dim)
-        return _var_std(kind, a, axis, ddof, _keep(name, keepdims, keepdim))
-    fn.__name__ = f"np_{kind}"
-    return fn
-
-
-def _var_std(kind, a, axis, ddof, keep):
-    var = ArrayOps.var(a, axis, keepdim=keep, correction=ddof)
-    return var if kind == "var" else std_of_var(var)
-
-
-def std_of_var(var):
-    """The square root of a variance, with a zero gradient where it is 0 (a constant
-    slice: NumPy users get 0, not NaN; tracer/ops_reduce.py's ``_std_from_var``)."""
-    return std_from_var(var)
-
-
-np_var, np_std = _moment("var"), _moment("std")
-
-
-def _scan(kind):
-    def fn(a, axis=None, dtype=None, out=None, *, dim=None):
-        name = f"np.{kind}"
-        _unset(name, out=out)
-        a = _dtype(name, a, dtype)
-        axis = _axis(name, axis, dim)
-        if axis is None:
-            return getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0)
-        return getattr(ArrayOps, kind)(a, axis)
-    fn.__name__ = f"np_{kind}"
-    return fn
-
-
-np_cumsum, np_cumprod = _scan("cumsum"), _scan("cumprod")
-
-
-def np_transpose(a, axes=None):
-    if axes is None:
-        return ArrayOps.permute(a, tuple(range(a.ndim))[::-1])
-    axes = tuple(int(d) for d in axes)
-    if len(axes) != a.ndim:
-        raise ValueError("axes don't match array")
-    return ArrayOps.permute(a, axes)
-
-
-def np_squeeze(a, axis=None):
-    if axis is None:
-        return ArrayOps.squeeze(a)
-    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
-    dims = sorted({int(d) % max(a.ndim, 1) for d in axes}, reverse=True)
-    for d in dims:
-        if a.shape[d] != 1:
-            raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
-    for d in dims:
-        a = ArrayOps.squeeze(a, d)
-    return a
-
-
-def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    _unset("np.trace", out=out)
-    a = _dtype("np.trace", a, dtype)
-    return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)
 
 
 class _Size(int):
@@ -242,7 +83,8 @@ class NumpyMethods:
 
     def reshape(self, *shape, order="C", copy=None):
         if order != "C":
-            unsupported(f"reshape(..., order={order!r})")
+            from gradjit.tracer.numpy_shape import reshape
+            return reshape(self, shape[0] if len(shape) == 1 else shape, order)
         return ArrayOps.reshape(self, *shape)
 
     def flatten(self, order="C", end_dim=-1):
@@ -252,12 +94,14 @@ class NumpyMethods:
                 return ArrayOps.reshape(self, self.shape or (1,))
             n = int(np.prod(self.shape[s:e + 1]))
             return ArrayOps.reshape(self, self.shape[:s] + (n,) + self.shape[e + 1:])
-        if order != "C":
-            unsupported(f"flatten(order={order!r})")
-        return ArrayOps.reshape(self, -1)
+        return self.ravel(order)._copy()   # NumPy's flatten copies (ravel may view)
 
     def ravel(self, order="C"):
-        return self.flatten(order)
+        from gradjit.tracer.numpy_shape import ravel
+        return ravel(self, order)
+
+    def __pos__(self):
+        return self._copy()   # +x is a new array
 
     def copy(self, order="C"):
         return self._copy()
@@ -321,6 +165,24 @@ class NumpyMethods:
     @property
     def imag(self):
         return np.zeros_like(self)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1, *, dim1=None, dim2=None):
+        return ArrayOps.diagonal(self, offset, axis1 if dim1 is None else dim1,
+                                 axis2 if dim2 is None else dim2)
+
+    def view(self, *args, dtype=None, type=None):
+        """NumPy's ``x.view()`` (the same values) and ``x.view(dtype)`` of the same dtype;
+        torch's ``x.view(*shape)`` from code written for tensors."""
+        if type is not None:
+            unsupported("x.view(type=...)")
+        if dtype is None and len(args) == 1 and not isinstance(args[0], (numbers.Integral,
+                                                                          tuple, list)):
+            dtype, args = args[0], ()
+        if dtype is not None:
+            if np.dtype(dtype) != np.dtype(self.dtype):
+                unsupported(f"x.view({np.dtype(dtype).name}) (reinterpreting the bytes)")
+            return self
+        return ArrayOps.reshape(self, *args) if args else self
 
     def nonzero(self):
         raise GradjitError("nonzero() of a traced array has a data-dependent shape, which "

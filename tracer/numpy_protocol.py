@@ -15,9 +15,9 @@ import numpy as np
 
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul, where
 from gradjit.tracer.methods_math import binop
-from gradjit.tracer import numpy_methods as nm
+from gradjit.tracer import numpy_reduce as nm
 from gradjit.tracer.methods_reduce import ReduceMethods
-from gradjit.tracer.numpy_methods import UnsupportedError  # noqa: F401  (raised here too)
+from gradjit.tracer.numpy_args import UnsupportedError  # noqa: F401  (raised here too)
 from gradjit.tracer.registry import user_site
 
 
@@ -25,10 +25,14 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     fn = _UFUNCS.get(ufunc)
     if fn is None and _scipy_ufuncs():
         fn = _UFUNCS.get(ufunc)
+    dtype = kwargs.pop("dtype", None) if method == "__call__" and fn is not None else None
+    if dtype is not None:   # the loop's dtype: the operands are cast to it first
+        inputs = [x.astype(dtype) if isinstance(x, ArrayOps) else np.asarray(x, dtype)
+                  for x in inputs]
     if method != "__call__" or fn is None or kwargs:
         _unsupported(_ufunc_name(ufunc) + (f".{method}" if method != "__call__" else "")
                      + (f" with {sorted(kwargs)}" if kwargs else ""))
-    return fn(*inputs)
+    return _fresh(fn(*inputs))
 
 
 def _ufunc_name(ufunc):
@@ -45,10 +49,31 @@ def array_function(func, args, kwargs):
     if fn is None:
         _unsupported(_numpy_name(func))
     try:
-        return fn(*args, **kwargs)
+        res = fn(*args, **kwargs)
     except TypeError as e:
         _bad_arguments(func, fn, args, kwargs, e)
         raise
+    return res if func in _VIEW_FUNCTIONS else _fresh(res)
+
+
+# NumPy functions that return views of their input (writes through them reach it: the view
+# tree of tracer/tracer_setitem.py). Every other function returns a new array: a new tracer
+# object, even when gradjit's implementation ends in a view op or returns its input.
+_VIEW_FUNCTIONS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.rollaxis,
+                   np.squeeze, np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d,
+                   np.flip, np.fliplr, np.flipud, np.rot90, np.diagonal, np.broadcast_to,
+                   np.real, np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit}
+
+
+def _fresh(res):
+    """A traced result as a new array (``_copy``: not a registered view, not an input)."""
+    if isinstance(res, (tuple, list)):
+        items = [_fresh(r) for r in res]
+        return type(res)(*items) if hasattr(type(res), "_fields") else type(res)(items)
+    graph = getattr(res, "graph", None)
+    if graph is not None and graph.view_tree is not None:
+        return res._copy()
+    return res
 
 
 def _bad_arguments(func, fn, args, kwargs, error):
@@ -211,7 +236,7 @@ def _np_median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 
 _FUNCTIONS.update({
-    np.nansum: _np_reduce_kw("nansum"),
+    np.nansum: nm.np_nansum,
     np.sort: _np_sort,
     np.median: _np_median,
 })
@@ -225,9 +250,13 @@ from gradjit.tracer import creation as _cr  # noqa: E402
 
 
 def _np_like(fill):
-    def fn(a, *args, dtype=None, order="K", subok=True, shape=None):
-        if shape is not None:
-            _unsupported(f"np.{fill}_like with shape=")
+    def fn(a, *args, dtype=None, order="K", subok=True, shape=None, device=None):
+        if shape is not None:   # a constant of another shape, a's dtype
+            dt = np.dtype(dtype) if dtype is not None else np.dtype(a.dtype)
+            value = args[0] if fill == "full" else (1 if fill == "ones" else 0)
+            if hasattr(value, "_apply"):
+                return value.astype(dt) + a._const(np.zeros(shape, dt))
+            return a._const(np.full(shape, value, dt))
         if fill == "full":
             (value,) = args
             return _cr.full_like(a, value, dtype=dtype)
@@ -248,3 +277,9 @@ from gradjit.tracer.numpy_extra2 import NUMPY_UFUNCS as _EXTRA_U  # noqa: E402
 _FUNCTIONS.update(_EXTRA)   # argmax, any, pad, gradient ... (numpy_extra*.py, numpy_pad.py)
 _UFUNCS.update(_EXTRA_U)
 _NAMES |= {f.__name__ for f in list(_EXTRA) + list(_EXTRA_U)}
+from gradjit.tracer.numpy_shape import NUMPY_FUNCTIONS as _SHAPE  # noqa: E402
+from gradjit.tracer.numpy_shape import NUMPY_UFUNCS as _SHAPE_U  # noqa: E402
+
+_FUNCTIONS.update(_SHAPE)   # NumPy's own signatures where torch's differ (numpy_shape.py)
+_UFUNCS.update(_SHAPE_U)
+_NAMES |= {f.__name__ for f in list(_SHAPE) + list(_SHAPE_U)}

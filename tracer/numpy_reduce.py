@@ -1,0 +1,229 @@
+"""NumPy's reductions and array-shaped functions on traced values and tensors.
+
+Contract
+- ``np_sum``, ``np_mean``, ``np_prod``, ``np_max``, ``np_min``, ``np_var``,
+  ``np_std``, ``np_cumsum``, ``np_cumprod``, ``np_transpose``, ``np_squeeze``,
+  ``np_trace``: NumPy's signature and semantics (``axis`` None / int / negative /
+  tuple / ``()``, ``keepdims``, ``dtype``, ``ddof`` / ``correction``, ``where=``,
+  ``initial=``, ``mean=``; integers and bools averaged in float64), one
+  implementation each for ``np.<name>`` (tracer/numpy_protocol.py) and the
+  methods of traced values (tracer/numpy_methods.py).
+- Written on the torch-named surface called unbound (``ArrayOps.sum(a, …)``), so
+  they run on tensors and tracers alike and never recurse into NumPy's names.
+- Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
+  select it; a bool in the ``dtype`` slot is ``keepdim``): see numpy_methods.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.numpy_args import _axis, _dtype, _keep, _unset
+from gradjit.tracer.ops_reduce import std_from_var
+
+
+def _no_axes(axis):
+    """``axis=()``: NumPy reduces over no axis (the result is elementwise)."""
+    return axis is not None and not isinstance(axis, numbers.Integral) and len(tuple(axis)) == 0
+
+
+def _floating(a):
+    """mean / var / std of integers and bools are computed in float64, as NumPy's."""
+    return ArrayOps.to(a, np.float64) if np.dtype(a.dtype).kind in "iub" else a
+
+
+def _mask(a, where):
+    """NumPy's ``where=`` of a reduction: a boolean array broadcast to ``a``'s shape."""
+    m = where if hasattr(where, "_apply") else a._const(np.asarray(where, dtype=bool))
+    return ArrayOps.expand(m, a.shape) if tuple(m.shape) != tuple(a.shape) else m
+
+
+def _given(x):
+    return x is not np._NoValue and x is not None
+
+
+def _reducer(torch_name):
+    def fn(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
+           where=np._NoValue, *, dim=None, keepdim=None):
+        from gradjit.tracer.api import where as select
+        name = f"np.{torch_name}"
+        _unset(name, out=out)
+        if isinstance(dtype, (bool, np.bool_)):   # torch's x.sum(dim, keepdim)
+            dtype, keepdim = None, bool(dtype)
+        a = _dtype(name, a, dtype)
+        if torch_name == "mean":
+            a = _floating(a)
+        axis = _axis(name, axis, dim)
+        keep = _keep(name, keepdims, keepdim)
+        if _given(initial) and torch_name == "mean":
+            raise TypeError("mean() got an unexpected keyword argument 'initial'")
+        if _given(where):
+            m = _mask(a, where)
+            if torch_name == "mean":
+                return (np_sum(select(m, a, 0), axis, keepdims=keep)
+                        / np_sum(ArrayOps.to(m, a.dtype), axis, keepdims=keep))
+            a = select(m, a, 0 if torch_name == "sum" else 1)
+        if _no_axes(axis):
+            out = a.clone()
+        elif torch_name == "prod":
+            out = _prod(a, axis, keep)
+        else:
+            out = getattr(ArrayOps, torch_name)(a, axis, keep)
+        if _given(initial):
+            out = out + initial if torch_name == "sum" else out * initial
+        return out
+    fn.__name__ = f"np_{torch_name}"
+    return fn
+
+
+def _prod(a, axis, keep):
+    if axis is None or isinstance(axis, numbers.Integral):
+        return ArrayOps.prod(a, axis, keep)
+    out = a
+    for d in sorted((int(d) % max(a.ndim, 1) for d in axis), reverse=True):
+        out = ArrayOps.prod(out, d, keep)
+    return out
+
+
+np_sum, np_mean, np_prod = _reducer("sum"), _reducer("mean"), _reducer("prod")
+
+
+def np_nansum(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
+              where=np._NoValue):
+    """``np.nansum``: NaNs count as zero."""
+    from gradjit.tracer.api import where as select
+    return np_sum(select(a != a, 0, a), axis, dtype, out, keepdims, initial, where)
+
+
+def _extremum(kind):
+    def fn(a, axis=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
+           where=np._NoValue, *, dim=None, keepdim=None):
+        from gradjit.tracer.api import where as select
+        name = f"np.{kind}"
+        if dim is not None or isinstance(out, (bool, np.bool_)):   # torch's (values, indices)
+            return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
+                                           bool(out) if keepdim is None else keepdim)
+        _unset(name, out=out)
+        if _given(where):
+            if not _given(initial):
+                raise ValueError(f"reduction operation '{kind}imum' does not have an identity, "
+                                 f"so to use a where mask one has to specify 'initial'")
+            a = select(_mask(a, where), a, initial)
+        if _no_axes(axis):
+            res = a.clone()
+        else:
+            res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis,
+                                                _keep(name, keepdims, keepdim))
+        if _given(initial):
+            res = getattr(ArrayOps, f"{kind}imum")(res, initial)
+        return res
+    fn.__name__ = f"np_{kind}"
+    return fn
+
+
+np_max, np_min = _extremum("max"), _extremum("min")
+
+
+def _moment(kind):
+    def fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims=np._NoValue,
+           where=np._NoValue, mean=np._NoValue, correction=np._NoValue, *, dim=None,
+           keepdim=None, unbiased=None):
+        name = f"np.{kind}"
+        if dim is not None or keepdim is not None or unbiased is not None:   # torch's form
+            return getattr(ArrayOps, kind)(a, axis if dim is None else dim, unbiased,
+                                           bool(keepdim), axis=None)
+        _unset(name, out=out)
+        if correction is not np._NoValue:
+            if ddof != 0:
+                raise ValueError("ddof and correction can't be provided simultaneously.")
+            ddof = correction
+        a = _floating(_dtype(name, a, dtype))
+        keep = _keep(name, keepdims, keepdim)
+        if _given(where) or _given(mean) or _no_axes(axis):
+            return _masked_moment(kind, a, axis, ddof, keep, where, mean)
+        return _var_std(kind, a, axis, ddof, keep)
+    fn.__name__ = f"np_{kind}"
+    return fn
+
+
+def _masked_moment(kind, a, axis, ddof, keep, where, mean):
+    """var / std with NumPy's ``where=``, a given ``mean=`` or ``axis=()``."""
+    from gradjit.tracer.api import where as select
+    m = _mask(a, where) if _given(where) else None
+    w = ArrayOps.to(m, a.dtype) if m is not None else None
+    n = (np_sum(w, axis, keepdims=True) if w is not None else
+         float(np.prod([a.shape[d] for d in _axes(axis, a.ndim)])))
+    if not _given(mean):
+        mean = np_sum(a if w is None else w * a, axis, keepdims=True) / n
+    d = a - mean
+    sq = d * d if m is None else select(m, d * d, 0)
+    count = n if keep or not hasattr(n, "_apply") else np_sum(w, axis, keepdims=False)
+    var = np_sum(sq, axis, keepdims=keep) / (count - ddof)
+    return var if kind == "var" else std_of_var(var)
+
+
+def _axes(axis, ndim):
+    if axis is None:
+        return range(ndim)
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    return [int(d) % max(ndim, 1) for d in axes]
+
+
+def _var_std(kind, a, axis, ddof, keep):
+    var = ArrayOps.var(a, axis, keepdim=keep, correction=ddof)
+    return var if kind == "var" else std_of_var(var)
+
+
+def std_of_var(var):
+    """The square root of a variance, with a zero gradient where it is 0 (a constant
+    slice: NumPy users get 0, not NaN; tracer/ops_reduce.py's ``_std_from_var``)."""
+    return std_from_var(var)
+
+
+np_var, np_std = _moment("var"), _moment("std")
+
+
+def _scan(kind):
+    def fn(a, axis=None, dtype=None, out=None, *, dim=None):
+        name = f"np.{kind}"
+        _unset(name, out=out)
+        a = _dtype(name, a, dtype)
+        axis = _axis(name, axis, dim)
+        if axis is None:
+            return getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0)
+        return getattr(ArrayOps, kind)(a, axis)
+    fn.__name__ = f"np_{kind}"
+    return fn
+
+
+np_cumsum, np_cumprod = _scan("cumsum"), _scan("cumprod")
+
+
+def np_transpose(a, axes=None):
+    if axes is None:
+        return ArrayOps.permute(a, tuple(range(a.ndim))[::-1])
+    axes = tuple(int(d) for d in axes)
+    if len(axes) != a.ndim:
+        raise ValueError("axes don't match array")
+    return ArrayOps.permute(a, axes)
+
+
+def np_squeeze(a, axis=None):
+    if axis is None:
+        return ArrayOps.squeeze(a)
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    dims = sorted({int(d) % max(a.ndim, 1) for d in axes}, reverse=True)
+    for d in dims:
+        if a.shape[d] != 1:
+            raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    for d in dims:
+        a = ArrayOps.squeeze(a, d)
+    return a
+
+
+def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _unset("np.trace", out=out)
+    a = _dtype("np.trace", a, dtype)
+    return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)

@@ -1,0 +1,185 @@
+"""NumPy's own signatures for shape, selection and fill functions whose torch-named
+counterparts differ (order='F', tuple axes, modes, keywords).
+
+Contract: ``NUMPY_FUNCTIONS`` / ``NUMPY_UFUNCS`` map NumPy callables to
+implementations with NumPy's full signature and semantics, merged last into the
+protocol table (tracer/numpy_protocol.py), so they replace earlier, narrower
+entries: ``np.ravel`` / ``np.reshape`` with ``order='F'``, ``np.roll`` with a
+tuple ``axis`` and one shift, ``np.where`` with a non-bool condition,
+``np.full_like`` with ``fill_value=`` or a traced fill value, ``np.median``
+with a tuple ``axis`` and of an empty array, ``np.expand_dims`` with a tuple,
+``np.take`` with ``mode``, ``np.clip`` with NumPy 2.1's ``min=`` / ``max=``,
+``np.floor_divide`` (``//``) and ``np.rint`` of integers. Keywords gradjit cannot
+honour raise ``UnsupportedError``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps, where
+from gradjit.tracer.methods_reduce import ReduceMethods
+from gradjit.tracer.numpy_args import unsupported
+from gradjit.tracer.numpy_reduce import np_transpose
+
+
+def _order(name, order):
+    if order not in ("C", "F", None):
+        unsupported(f"{name}(..., order={order!r}) (traced arrays have no memory layout: "
+                    f"use 'C' or 'F')")
+    return order or "C"
+
+
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    shape = shape if newshape is None else newshape
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    if _order("np.reshape", order) == "C":
+        return ArrayOps.reshape(a, shape)
+    # column-major: reverse the axes, reshape to the reversed shape, reverse back
+    return np_transpose(ArrayOps.reshape(np_transpose(a), shape[::-1]))
+
+
+def ravel(a, order="C"):
+    return reshape(a, -1, order)
+
+
+def roll(a, shift, axis=None):
+    if axis is not None and not isinstance(axis, numbers.Integral):
+        axis = tuple(axis)
+        if isinstance(shift, numbers.Integral):
+            shift = (shift,) * len(axis)
+        shift, axis = np.broadcast_arrays(np.asarray(shift), np.asarray(axis))
+        shift, axis = tuple(int(s) for s in shift.ravel()), tuple(int(d) for d in axis.ravel())
+    return ArrayOps.roll(a, shift, axis)
+
+
+def np_where(condition, x=np._NoValue, y=np._NoValue):
+    if x is np._NoValue and y is np._NoValue:
+        unsupported("np.where(condition) with one argument (np.nonzero: a data-dependent shape)")
+    if np.dtype(getattr(condition, "dtype", np.asarray(condition).dtype)) != np.bool_:
+        condition = condition != 0 if hasattr(condition, "_apply") else \
+            np.asarray(condition).astype(bool)
+    return where(condition, x, y)
+
+
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    dt = np.dtype(dtype) if dtype is not None else np.dtype(a.dtype)
+    if hasattr(fill_value, "_apply"):   # a traced or tensor fill value: its gradient flows
+        return ArrayOps.to(fill_value, dt) + np.zeros_like(a, dtype=dt, shape=shape)
+    if shape is not None:
+        return a._const(np.full(shape, fill_value, dt))
+    from gradjit.tracer import creation
+    return creation.full_like(a, fill_value, dtype=dt)
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """NumPy's median: the mean of the two middle values for an even count; NaN for none."""
+    if out is not None:
+        unsupported("np.median(..., out=)")
+    if np.dtype(a.dtype).kind in "iub":
+        a = ArrayOps.to(a, np.float64)
+    nd = a.ndim
+    axes = tuple(range(nd)) if axis is None else (
+        (axis,) if isinstance(axis, numbers.Integral) else tuple(axis))
+    axes = tuple(sorted(int(d) % max(nd, 1) for d in axes))
+    rest = [d for d in range(nd) if d not in axes]
+    x = ArrayOps.permute(a, rest + list(axes)) if nd else a
+    count = int(np.prod([a.shape[d] for d in axes]))
+    x = ArrayOps.reshape(x, tuple(a.shape[d] for d in rest) + (count,) if nd else (1,))
+    n = x.shape[-1]
+    if n == 0:
+        out = ArrayOps.sum(x, -1) * np.nan
+    else:
+        v = ReduceMethods.sort(x, -1)[0]
+        out = ArrayOps.mean(v.narrow(-1, (n - 1) // 2, 2 - n % 2), -1)
+    if keepdims:
+        out = ArrayOps.reshape(out, tuple(1 if d in axes else a.shape[d] for d in range(nd)))
+    return out
+
+
+def expand_dims(a, axis):
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    n = a.ndim + len(axes)
+    axes = sorted(int(d) % n for d in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError("repeated axis")
+    shape, it = [], iter(a.shape)
+    for d in range(n):
+        shape.append(1 if d in axes else next(it))
+    return ArrayOps.reshape(a, tuple(shape))
+
+
+def take(a, indices, axis=None, out=None, mode="raise"):
+    from gradjit.tracer.numpy_index import _take
+    if out is not None:
+        unsupported("np.take(..., out=)")
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"clipmode not understood: {mode!r}")
+    if mode != "raise":
+        n = int(np.prod(a.shape)) if axis is None else a.shape[int(axis) % a.ndim]
+        if hasattr(indices, "_apply"):
+            indices = np.remainder(indices, n) if mode == "wrap" else np.clip(indices, 0, n - 1)
+        else:
+            idx = np.asarray(indices)
+            indices = idx % n if mode == "wrap" else np.clip(idx, 0, n - 1)
+    return _take(a, indices, axis)
+
+
+def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
+         max=np._NoValue, **kwargs):
+    if out is not None or kwargs:
+        unsupported(f"np.clip(..., {'out=' if out is not None else sorted(kwargs)})")
+    lo = a_min if min is np._NoValue else min
+    hi = a_max if max is np._NoValue else max
+    lo = None if lo is np._NoValue else lo
+    hi = None if hi is np._NoValue else hi
+    if lo is None and hi is None:
+        raise ValueError("One of max or min must be given")
+    return ArrayOps.clamp(a, lo, hi) if not (hasattr(lo, "_apply") or hasattr(hi, "_apply")) \
+        else _clip_traced(a, lo, hi)
+
+
+def _clip_traced(a, lo, hi):
+    out = a if lo is None else np.maximum(a, lo)
+    return out if hi is None else np.minimum(out, hi)
+
+
+def _tri(name):
+    def fn(m, k=0):
+        if m.ndim == 1:   # NumPy: the row repeated into a square matrix
+            m = ArrayOps.expand(m, (m.shape[0], m.shape[0]))
+        return getattr(ArrayOps, name)(m, k)
+    fn.__name__ = name
+    return fn
+
+
+def floor_divide(a, b):
+    """``a // b`` as NumPy's ``npy_divmod`` computes it (``(a - fmod(a, b)) / b``, moved to
+    the floor; ``a / b`` where ``b`` is 0, 0 for integers), so infinities and signed zeros
+    match; its gradient is zero almost everywhere."""
+    dt = np.result_type(getattr(a, "dtype", a), getattr(b, "dtype", b))
+    if dt.kind in "iub":
+        a, b = (ArrayOps.to(v, np.float64) if hasattr(v, "_apply") else np.asarray(v, np.float64)
+                for v in (a, b))
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    low = np.floor(div)
+    q = np.where(div - low > 0.5, low + 1.0, low)
+    q = np.where(div == 0, np.copysign(0.0, a / b), q)   # the sign of the quotient's zero
+    q = np.where(b == 0, 0.0 if dt.kind in "iub" else a / b, q)
+    return ArrayOps.to(q, dt) if hasattr(q, "_apply") else np.asarray(q).astype(dt)
+
+
+def rint(x):
+    x = ArrayOps.to(x, np.float64) if np.dtype(x.dtype).kind in "iub" else x
+    return ArrayOps.round(x)
+
+
+NUMPY_FUNCTIONS = {
+    np.reshape: reshape, np.ravel: ravel, np.roll: roll, np.where: np_where,
+    np.full_like: full_like, np.median: median, np.expand_dims: expand_dims, np.take: take,
+    np.clip: clip, np.tril: _tri("tril"), np.triu: _tri("triu"),
+}
+NUMPY_UFUNCS = {np.floor_divide: floor_divide, np.rint: rint}
