@@ -14,6 +14,14 @@ Contract
   output dtype, as everywhere in the generated code.
 - An op whose results are all empty (a size-0 batch, matrix or right-hand side)
   emits empty arrays and no LAPACK call (Numba's wrappers reject empty operands).
+- Each result's memory order is recorded in ``e.layout`` (codegen_cpu_stmt): Numba's
+  LAPACK wrappers return most 2-D results in Fortran order (``inv``, ``solve``, ``pinv``,
+  ``eigh``'s vectors, ``svd``'s ``u`` / ``vt``: typed 'F'; ``qr``'s ``q``: 'A'), so a
+  view of one (``.ravel()``, ``reshape``, ``np.trace`` / ``np.diagonal``, which trace
+  to ``view``) is made contiguous before ``al.reshape`` (Numba's reshape cannot give a
+  C-order view of an F array: "incompatible shape for array"). ``_LAYOUT``: the 2-D
+  results' orders per op; an op missing from it records 'A' (unknown, made contiguous
+  where that matters). 1-D results and the batched form's results are C.
 """
 from __future__ import annotations
 
@@ -52,6 +60,23 @@ def _call(node, args):
             f"al.contiguous({args[1]}.T)).T.copy()")
 
 
+# Memory order (as Numba types it) of each 2-D result of the single-matrix call.
+_LAYOUT = {"linalg_inv.default": ("F",), "linalg_pinv.default": ("F",),
+           "linalg_solve.default": ("F",), "linalg_cholesky.default": ("C",),
+           "linalg_qr.default": ("A", "F"), "linalg_eigh.default": ("C", "F"),
+           "linalg_svd.default": ("F", "C", "F")}
+
+
+def _layouts(node):
+    """The memory order of each result of the single-matrix call of ``node``."""
+    if node.op == "linalg_solve_triangular.default":
+        order = ("F",) if node.attrs["left"] else ("C",)   # np.linalg.solve | .T.copy()
+    else:
+        order = _LAYOUT.get(node.op, ())
+    return [order[i] if i < len(order) and o.ndim >= 2 else ("A" if o.ndim >= 2 else "C")
+            for i, o in enumerate(node.outputs)]
+
+
 def _linalg(e, node):
     ins, outs = node.inputs, node.outputs
     batch = tuple(ins[0].shape[:-2])
@@ -67,6 +92,8 @@ def _linalg(e, node):
         for n, o in zip(names, outs):
             if o.ndim == 0:
                 e.emit(1, f"{n} = {_np_dtype(o.dtype)}({n}_r)")
+        for o, lay in zip(outs, _layouts(node)):
+            e.layout[o] = lay
         return
     nb = int(np.prod(batch))
     for v in ins:

@@ -7,7 +7,10 @@ Contract
   (``add.Tensor``, alpha 1) with only the sum stored is ``v = bl.ger(x, y, acc)``
   (lowering/blas_cpu.py). Operands are arrays of the loop's dtype, none an inline
   constant; the helpers take rows: a folded view (codegen_cpu_fold) passes its base,
-  which must be 2-D too, and a column its ``.T``.
+  which must be 2-D too, and a column its ``.T``. The accumulator is passed whole: a
+  folded one passes its base when that has the accumulator's shape, else the loop stays
+  a loop (its view statement was never emitted, so its name is not defined; the loop
+  indexes the base instead).
   ``node`` is the IR node the line's comment names. Anything else: None (a loop).
 - The caller applies it only to loops that would not run in parallel.
 - The result is bit for bit the loop's: the same products and sums, element by element.
@@ -38,6 +41,13 @@ def _row(v, folds):
     return f"v{base.id}" if base.shape[0] == 1 else f"v{base.id}.T"
 
 
+def _whole(v, folds):
+    """``v`` as an array of its own shape: its name, or its folded base's when that has
+    ``v``'s shape; None for a folded view of another shape (no statement defines it)."""
+    base = folds.get(v, v)
+    return f"v{base.id}" if base.shape == v.shape else None
+
+
 def rank_one(loop, inline, folds):
     if loop.rows is not None or len(loop.shape) != 2 or not 1 <= len(loop.nodes) <= 2:
         return None
@@ -62,7 +72,7 @@ def rank_one(loop, inline, folds):
     if loop.stores != [node.outputs[0]] or any(
             v in inline or v.dtype != out.dtype for v in args + [node.outputs[0]]):
         return None
-    names = [_row(v, folds) for v in args[:2]] + [f"v{v.id}" for v in args[2:]]
+    names = [_row(v, folds) for v in args[:2]] + [_whole(v, folds) for v in args[2:]]
     if None in names:
         return None
     return f"v{node.outputs[0].id} = bl.{fn}({', '.join(names)})", node

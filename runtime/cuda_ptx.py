@@ -79,7 +79,9 @@ def ptx_check(graph, cc=(9, 0)):
 
     env = dict(vars(mod))
     env["cuda"] = fake_cuda
-    env["cm"] = types.SimpleNamespace(mm=shared("mm"), bmm=shared("bmm"), tview=lambda a: a.T)
+    env["cm"] = types.SimpleNamespace(   # index ops' bounds flags: a stand-in, checked never
+        mm=shared("mm"), bmm=shared("bmm"), tview=lambda a: a.T,
+        index_flags=lambda n: _Arr((n,), np.int32), check_indices=lambda flags, checks: None)
     if "_WS" in env:   # the module's workspace hands out stand-ins too
         env["_WS"] = contextlib.nullcontext(lambda slot, shape, dtype: fake_cuda.device_array(shape, dtype))
     if "cl" in env:   # linear algebra / sort kernels (lowering/cuda_linalg.py)

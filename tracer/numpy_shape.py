@@ -57,7 +57,8 @@ def roll(a, shift, axis=None):
 def np_where(condition, x=np._NoValue, y=np._NoValue):
     if x is np._NoValue and y is np._NoValue:
         unsupported("np.where(condition) with one argument (np.nonzero: a data-dependent shape)")
-    if np.dtype(getattr(condition, "dtype", np.asarray(condition).dtype)) != np.bool_:
+    dt = condition.dtype if hasattr(condition, "dtype") else np.asarray(condition).dtype
+    if np.dtype(dt) != np.bool_:
         condition = condition != 0 if hasattr(condition, "_apply") else \
             np.asarray(condition).astype(bool)
     return where(condition, x, y)
