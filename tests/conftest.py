@@ -18,6 +18,16 @@ def interpreted(monkeypatch):
     monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
 
 
+@pytest.fixture(params=["numpy", "numba"])
+def executor(request, monkeypatch):
+    """Each test twice: on the NumPy reference interpreter and on compiled code."""
+    if request.param == "numpy":
+        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    else:
+        monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
+    return request.param
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

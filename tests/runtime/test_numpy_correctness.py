@@ -31,15 +31,6 @@ from tests.fd import numerical_grad
 _rng = np.random.default_rng(2024)
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def executor(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
-    else:
-        monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
-    return request.param
-
-
 def _weights(f, args):
     return _rng.standard_normal(np.shape(f(*args)))
 

@@ -25,15 +25,6 @@ def _grads(fn, *arrays):
     return tensor_mode
 
 
-@pytest.fixture(params=["numpy", "numba"])
-def executor(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
-    else:
-        monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
-    return request.param
-
-
 def test_edges_follow_torch(executor):
     """One graph (compiled once) with every convention at a kink, as torch defines it."""
     x = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
