@@ -173,6 +173,35 @@ def floor_divide(a, b):
     return ArrayOps.to(q, dt) if hasattr(q, "_apply") else np.asarray(q).astype(dt)
 
 
+def cbrt(x):
+    """The real cube root: sign(x) |x|^(1/3) (its gradient is infinite at 0, as the math's)."""
+    x = ArrayOps.to(x, np.float64) if np.dtype(x.dtype).kind in "iub" else x
+    return np.sign(x) * np.abs(x) ** (1.0 / 3.0)
+
+
+def heaviside(x1, x2):
+    """0 below zero, 1 above, ``x2`` at zero (a zero gradient in ``x1``)."""
+    dt = np.result_type(getattr(x1, "dtype", x1), getattr(x2, "dtype", x2))
+    out = np.where(x1 == 0, x2, np.where(x1 > 0, 1.0, 0.0))
+    return np.where(x1 != x1, x1, out).astype(dt)   # NaN stays NaN
+
+
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    """The trapezoidal rule along ``axis``: sum of (y[i+1] + y[i]) / 2 * (x[i+1] - x[i])."""
+    n = y.shape[axis]
+    hi, lo = (np.take(y, np.arange(1, n), axis=axis), np.take(y, np.arange(0, n - 1), axis=axis))
+    if x is None:
+        d = dx
+    else:
+        xs = x if hasattr(x, "_apply") else np.asarray(x)
+        d = np.diff(xs, axis=axis if np.ndim(xs) > 1 else -1)
+        if np.ndim(xs) == 1 and y.ndim > 1:
+            shape = [1] * y.ndim
+            shape[axis] = n - 1
+            d = d.reshape(shape)
+    return np.sum((hi + lo) * d / 2.0, axis=axis)
+
+
 def rint(x):
     x = ArrayOps.to(x, np.float64) if np.dtype(x.dtype).kind in "iub" else x
     return ArrayOps.round(x)
@@ -183,4 +212,6 @@ NUMPY_FUNCTIONS = {
     np.full_like: full_like, np.median: median, np.expand_dims: expand_dims, np.take: take,
     np.clip: clip, np.tril: _tri("tril"), np.triu: _tri("triu"),
 }
-NUMPY_UFUNCS = {np.floor_divide: floor_divide, np.rint: rint}
+NUMPY_FUNCTIONS[np.trapezoid] = trapezoid
+NUMPY_UFUNCS = {np.floor_divide: floor_divide, np.rint: rint, np.cbrt: cbrt,
+                np.heaviside: heaviside}

@@ -307,6 +307,15 @@ add(np.real, samples=unary_samples("real"))
 add(np.imag, samples=unary_samples("real"), **_NOGRAD)
 add(np.angle, samples=unary_samples("nonzero", extra=lambda rng: [
     Sample((draw(rng, (2, 3), "nonzero"),), {"deg": True})]), **_NOGRAD)
+add(np.cbrt, samples=unary_samples("nonzero", extra=lambda rng: [
+    Sample((np.array([0.0, 8.0, -27.0]),), desc="zero and cubes", grad=False)]))
+add(np.heaviside, samples=lambda rng: [   # a zero gradient in x1; x2 where x1 == 0
+    Sample((draw(rng, (2, 3), "nonzero"), draw(rng, (2, 3)))),
+    Sample((np.array([-1.0, 0.0, 2.0, 0.0]), draw(rng, (4,))), desc="zeros", grad=False),
+    Sample((draw(rng, (3,), "nonzero"), draw(rng, ())), desc="broadcast"),
+    Sample((draw(rng, (2, 3), "nonzero").astype(F4), draw(rng, ()).astype(F4)), grad=False),
+    Sample((draw(rng, (4,), "special"), draw(rng, (4,))), desc="special", grad=False)],
+    **_NOGRAD)
 add(np.sinc, samples=unary_samples("real", extra=lambda rng: [
     Sample((np.array([0.0, 1.0, -2.0, 0.5]),), desc="zeros and integers")]))
 add(np.copy, samples=unary_samples("real", extra=lambda rng: [
@@ -950,6 +959,17 @@ def _split_fn(f):
 
 for _f in (np.split, np.array_split, np.hsplit, np.vsplit, np.dsplit):
     add("np." + _f.__name__, _split_fn(_f), _split_samples(_f.__name__), funcs=(_f,))
+
+
+def _trapezoid_samples(rng):
+    y = draw(rng, (3, 4))
+    return [Sample((draw(rng, (5,)),)), Sample((y,)), Sample((y,), {"dx": 0.5, "axis": 0}),
+            Sample((y, np.array([0.0, 0.4, 1.5, 2.0]))), Sample((y[0], draw(rng, (4,))),
+                                                               desc="x traced"),
+            Sample((draw(rng, (2, 3, 4)),), {"axis": 1}), Sample((draw(rng, (1,)),))]
+
+
+add(np.trapezoid, samples=_trapezoid_samples)
 
 
 def _diff_samples(rng):
