@@ -18,7 +18,7 @@ import pytest
 import gradjit as gj
 from tests.fd import numerical_grad
 from tests.runtime.test_numpy_correctness import (_rng, _weights, check,  # noqa: F401
-                                                  check_second_order, executor)
+                                                  check_second_order)
 
 
 # -- 4. np.dot's own rules ------------------------------------------------------------------------
