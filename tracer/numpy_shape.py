@@ -174,9 +174,13 @@ def floor_divide(a, b):
 
 
 def cbrt(x):
-    """The real cube root: sign(x) |x|^(1/3) (its gradient is infinite at 0, as the math's)."""
+    """The real cube root, sign(x) |x|^(1/3). At 0 its derivative is infinite; the gradient
+    there is 0 (both branches of the where are finite), so a cube root of a value that is
+    locally 0 (x * (x > 0) for x < 0) gets the right zero instead of 0 * inf = NaN."""
     x = ArrayOps.to(x, np.float64) if np.dtype(x.dtype).kind in "iub" else x
-    return np.sign(x) * np.abs(x) ** (1.0 / 3.0)
+    zero = x == 0
+    safe = np.where(zero, 1.0, x)
+    return np.where(zero, 0.0 * x, np.sign(safe) * np.abs(safe) ** (1.0 / 3.0))
 
 
 def heaviside(x1, x2):
