@@ -305,20 +305,6 @@ class IndexMethods2:
 
 
 # -- NumPy spellings (merged into tracer/numpy_index.py's table) ---------------------------------
-def _np_pad(array, pad_width, mode="constant", constant_values=0):
-    modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
-             "wrap": "circular"}
-    if mode not in modes:
-        raise NotImplementedError(f"np.pad: mode {mode!r} (supported: {', '.join(modes)})")
-    w = np.broadcast_to(np.asarray(pad_width, np.int64), (array.ndim, 2))
-    flat = tuple(int(v) for lo_hi in w[::-1] for v in lo_hi)
-    if mode == "constant":
-        if np.ndim(constant_values):
-            raise NotImplementedError("np.pad: per-axis constant_values are not supported")
-        return pad(array, flat, "constant", float(constant_values))
-    return pad(array, flat, modes[mode])
-
-
 def _np_repeat(a, repeats, axis=None):
     return a.repeat_interleave(repeats, axis)
 
@@ -331,8 +317,6 @@ NUMPY_FUNCTIONS = {
     np.rot90: lambda m, k=1, axes=(0, 1): m.rot90(k, axes),
     np.repeat: _np_repeat,
     np.diag: _np_diag,
-    np.pad: _np_pad,
     np.moveaxis: lambda a, source, destination: a.moveaxis(source, destination),
-    np.ravel: lambda a, order="C": a.ravel(),
     np.swapaxes: lambda a, axis1, axis2: a.swapaxes(axis1, axis2),
 }

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul, where
+from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer import numpy_reduce as nm
 from gradjit.tracer.methods_reduce import ReduceMethods
@@ -189,23 +189,14 @@ def _np_sort(a, axis=-1, kind=None, order=None, *, stable=None):
     return ReduceMethods.sort(a, axis)[0]
 
 
-def _np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order != "C":
-        _unsupported(f"np.reshape(..., order={order!r})")
-    return a.reshape(shape if newshape is None else newshape)
-
-
 _FUNCTIONS = {
-    # NumPy's reductions and methods: one implementation each (tracer/numpy_methods.py)
+    # NumPy's reductions: one implementation each (tracer/numpy_reduce.py); reshape, where,
+    # clip, median ... with NumPy's own signatures are in tracer/numpy_shape.py (merged last)
     np.sum: nm.np_sum, np.mean: nm.np_mean, np.prod: nm.np_prod,
     np.amax: nm.np_max, np.max: nm.np_max, np.amin: nm.np_min, np.min: nm.np_min,
     np.var: nm.np_var, np.std: nm.np_std, np.cumsum: nm.np_cumsum, np.cumprod: nm.np_cumprod,
     np.transpose: nm.np_transpose, np.squeeze: nm.np_squeeze,
-    np.reshape: _np_reshape,
-    np.expand_dims: lambda a, axis: a.unsqueeze(axis),
     np.broadcast_to: lambda a, shape: a.expand(shape),
-    np.where: where,
-    np.clip: lambda a, a_min=None, a_max=None: a.clamp(a_min, a_max),
     np.round: lambda a, decimals=0: a.round(decimals),
     np.around: lambda a, decimals=0: a.round(decimals),
     np.fix: lambda a: a.trunc(),
@@ -214,31 +205,9 @@ _FUNCTIONS = {
 }
 
 
-def _np_reduce_kw(name):
-    def fn(a, axis=None, keepdims=False, **kw):
-        if kw:
-            _unsupported(f"np.{name} with {sorted(kw)}")
-        return getattr(a, name)(axis=axis, keepdim=keepdims)
-    return fn
-
-
-def _np_median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
-    """NumPy's median: the mean of the two middle values for an even count."""
-    if out is not None:
-        _unsupported("np.median with out=")
-    if axis is None:
-        flat = _np_median(a.reshape(-1), 0)
-        return flat.reshape((1,) * a.ndim) if keepdims else flat
-    d = axis % a.ndim
-    v = ReduceMethods.sort(a, d)[0]
-    n = a.shape[d]
-    return v.narrow(d, (n - 1) // 2, 2 - n % 2).mean(d, keepdim=keepdims)
-
-
 _FUNCTIONS.update({
     np.nansum: nm.np_nansum,
     np.sort: _np_sort,
-    np.median: _np_median,
 })
 from gradjit.tracer.linalg import NUMPY_FUNCTIONS as _LINALG  # noqa: E402
 
