@@ -21,7 +21,7 @@ def batched_source(graph, gen_source, batched):
     lines = [
         "",
         "",
-        '@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, '
+        '@numba.njit(error_model="numpy", no_cfunc_wrapper=True, '
         'pipeline_class=pl.Lean)',
         f"def entry_batched({', '.join(args + ['consts'])}):",
         f"    n = {first}.shape[0]",

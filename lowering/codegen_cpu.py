@@ -3,8 +3,8 @@
 Contract
 - ``generate(graph) -> Generated(source, consts, parallel)``. The module
   defines ``entry(<one arg per graph input>, consts)`` decorated
-  ``@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True,
-  pipeline_class=pl.Lean)`` (Numba's passes less those generated code never needs:
+  ``@numba.njit(error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)``
+  (its disk cache is attached by the runtime: runtime/numba_cache.py) (Numba's passes less those generated code never needs:
   lowering/pipeline_cpu.py) returning a tuple of the graph outputs (Python and ``@njit`` code call it as a
   dispatcher; the C-callable wrapper, which only Numba's first-class function
   types use, was 6% of a W4 module's optimised IR: cold compile -12 ms). 0-d
@@ -511,7 +511,7 @@ def generate(graph, name="entry", pack_inputs=False):
         *(["CODEGEN_OPT = 0"] if fast_codegen(steps) and not e.parallel else []),
         "",
         "",
-        f'@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, '
+        f'@numba.njit(error_model="numpy", no_cfunc_wrapper=True, '
         f'pipeline_class=pl.Lean{", parallel=True" if e.parallel else ""})',
         f"def {name}({args}):",
     ]

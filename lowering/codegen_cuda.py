@@ -132,7 +132,7 @@ class CudaEmitter:
         arguments are the ``vN``/``pN`` arrays the body names, then ``consts``; launch it."""
         text = "\n".join(body)
         names = sorted(set(re.findall(r"\b([vp]\d+)\b", text)), key=lambda s: (s[0], int(s[1:])))
-        head = ["@cuda.jit(cache=True)",
+        head = ["@cuda.jit",
                 f"def {name}({', '.join(names + ['consts'])}):" + (f"  # {note}" if note else "")]
         pro = ["    " + c for c in self._kconsts]
         self.kernels.append("\n".join(head + pro + body))

@@ -34,16 +34,17 @@ Contract
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import hashlib
 import os
+import sys
 import time
 import warnings
 
 import numba
 import numpy as np
 from numba.core import sigutils
+from numba.core.caching import FunctionCache
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
@@ -51,8 +52,9 @@ from numba.core.runtime import rtsys
 from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import blas_probe, plans
-from gradjit.tracer.gensrc import cache_dir, import_file as _import, write_atomic
+from gradjit.runtime import blas_probe, numba_cache, plans
+from gradjit.tracer import cache_store, gensrc
+from gradjit.tracer.gensrc import cache_dir  # noqa: F401 - (gj.cache_dir)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
 from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
 from gradjit.tracer.interp import interpret
@@ -74,16 +76,6 @@ def reset_stats():
         plans.STATS[k] = 0
 
 
-@contextlib.contextmanager
-def file_lock(path):
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _numba_type(v):
     t = numba.from_dtype(v.dtype)
     return numba.types.Array(t, v.ndim, "C") if v.ndim else t
@@ -97,20 +89,23 @@ def load(source, signature, name="entry"):
     if disp is not None:
         STATS["memory_hits"] += 1
         return disp
-    d = cache_dir()
-    path = os.path.join(d, f"gj_{h}.py")
+    store = cache_store.current()
     t0 = time.perf_counter()
-    with file_lock(os.path.join(d, ".lock")):
-        write_atomic(path, source)
-        mod = _import(path, f"{GENERATED}{h}")
+    with cache_store.entry_lock(store, f"gj_{h}"):
+        disp = _LOADED.get(key)   # (another thread may have loaded it while this one waited)
+        if disp is not None:
+            STATS["memory_hits"] += 1
+            return disp
+        mod = generated_module(store, f"gj_{h}", f"{GENERATED}{h}", source, FunctionCache)
         disp = getattr(mod, name)
         hits = sum(disp.stats.cache_hits.values())
         disp._can_compile = True  # may have been disabled for another signature
         # The helpers its code calls load first (runtime/links.py); where they cannot,
         # its cached code must not be loaded (its calls would not resolve): compile it.
-        links = f"{path[:-3]}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links"
-        ready = load_links(links, _load_cached)
-        if not (ready and _load_cached(disp, signature)):
+        links = None if store is None else store.path(
+            "numba", f"gj_{h}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links")
+        ready = links is not None and load_links(links, _load_cached, store)
+        if not (ready and _load_verified(disp, signature, store)):
             blas_probe.prepare()
             with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
                   codegen_level(getattr(mod, "CODEGEN_OPT", None)), shared_helpers(),
@@ -120,15 +115,44 @@ def load(source, signature, name="entry"):
                     disp.compile(signature)
                 else:
                     compile_fresh(disp, signature)
-            save_links(disp, signature, links)
+            if links is not None:
+                save_links(disp, signature, links, store)
         disp.disable_compile()
         if sum(disp.stats.cache_hits.values()) > hits:
             STATS["disk_hits"] += 1
         else:
             STATS["compiles"] += 1
     STATS["compile_seconds"] += time.perf_counter() - t0
-    _LOADED[key] = disp
+    remember(key, disp)
     return disp
+
+
+def generated_module(store, file_name, module_name, source, cache_base):
+    """The generated module of ``source``: its file written for readers (where there is a
+    store), executed from ``source``, its dispatchers given gradjit's verified Numba cache
+    (runtime/numba_cache.py) of class ``cache_base``."""
+    mod = sys.modules.get(module_name)
+    if mod is None:
+        path = gensrc.module_path(store, "", file_name, source)
+        mod = gensrc.import_source(module_name, source, path)
+        numba_cache.attach(mod, store, file_name, cache_base)
+    return mod
+
+
+def _load_verified(disp, signature, store):
+    """``_load_cached``, where anything that goes wrong loading a verified entry (it was
+    written by another Numba or LLVM, say) discards it and reads as a miss."""
+    try:
+        return _load_cached(disp, signature)
+    except Exception as e:   # noqa: BLE001 - a cache is never the reason a gradient fails
+        path = numba_cache.index_path(disp)
+        if path is not None:
+            store.discard(path, f"its code could not be loaded ({type(e).__name__}: {e})")
+        return False
+
+
+def remember(key, disp):
+    _LOADED[key] = disp
 
 
 def _load_cached(disp, signature):
@@ -314,7 +338,7 @@ def compile_graph(graph, batched=None):
 
 
 def _compile_graph(graph, batched):
-    gen = plans.generated(graph, "entry", batched is None, cache_dir())
+    gen = plans.generated(graph, "entry", batched is None, cache_store.current())
     types = [_numba_type(v) for v in graph.inputs]
     consts_t = numba.types.Array(numba.float64, 1, "C")
     if batched is None and gen.packs:

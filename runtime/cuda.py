@@ -8,9 +8,10 @@ Contract
   CPU path never depends on it.
 - ``compile_graph_cuda(graph) -> CudaExecutable``: the graph rendered by
   ``lowering/codegen_cuda.py``, written to ``<cache dir>/gjc_<content
-  hash>.py`` once and imported under the same rules as CPU modules
-  (``runtime/compiler.py``: ``sys.modules`` before exec, file lock). Kernels
-  are ``cuda.jit(cache=True)`` and compile on first launch; ``STATS
+  hash>.py`` and loaded under the same rules as CPU modules
+  (``runtime/compiler.generated_module``: executed from the source, the entry's
+  lock held). Kernels compile on first launch and are cached on disk through the
+  verified store (runtime/numba_cache.py, numba-cuda's ``CUDACache``); ``STATS
   ["cuda_loads"]`` counts modules imported in this process.
 - ``CudaExecutable(arrays)`` takes host or device arrays (host ones are
   copied once per call), keeps ``consts`` on the device, and returns device
@@ -26,12 +27,11 @@ Contract
 from __future__ import annotations
 
 import hashlib
-import os
 
 import numpy as np
 
-from gradjit.runtime.compiler import STATS, _import, cache_dir, file_lock, locate
-from gradjit.tracer.gensrc import write_atomic
+from gradjit.runtime.compiler import STATS, generated_module, locate
+from gradjit.tracer import cache_store
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
 from gradjit.tracer.ops_index import IndexBoundsError
@@ -118,16 +118,19 @@ def to_host(a):
 
 
 def load_module(source):
+    import sys
+    try:
+        from numba.cuda.dispatcher import CUDACache
+    except ImportError:   # (the simulator: its kernels have no disk cache)
+        CUDACache = None
     h = hashlib.sha256(source.encode()).hexdigest()[:32]
     name = f"gradjit_cuda_{h}"
-    import sys
     if name not in sys.modules:
-        d = cache_dir()
-        path = os.path.join(d, f"gjc_{h}.py")
-        with file_lock(os.path.join(d, ".lock")):
-            write_atomic(path, source)
-            _import(path, name)
-        STATS["cuda_loads"] += 1
+        store = cache_store.current()
+        with cache_store.entry_lock(store, f"gjc_{h}"):
+            if name not in sys.modules:
+                generated_module(store, f"gjc_{h}", name, source, CUDACache)
+                STATS["cuda_loads"] += 1
     return sys.modules[name]
 
 

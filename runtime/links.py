@@ -41,7 +41,7 @@ import types
 
 from numba.core.compiler_lock import global_compiler_lock
 
-from gradjit.tracer.gensrc import write_atomic
+from gradjit.tracer import cache_store
 from gradjit.runtime.levels import generated_library
 
 STATS = {"linked": 0, "shared": 0}
@@ -121,8 +121,9 @@ def _module_for_linking(self):
     return full
 
 
-def save_links(disp, signature, path):
-    """Record the helpers the compiled ``signature`` of ``disp`` calls (see above)."""
+def save_links(disp, signature, path, store=None):
+    """Record the helpers the compiled ``signature`` of ``disp`` calls (see above), in
+    ``store`` (default: the current one), verified on reading (tracer/cache_store.py)."""
     try:
         lib = disp.overloads[tuple(signature)].library
         links = list(getattr(lib, "_gj_shared", {}).values())
@@ -131,17 +132,22 @@ def save_links(disp, signature, path):
                 if isinstance(m, types.ModuleType)]
         links += [(name, fname, args, None) for name, fname, _, args, c in _helper_overloads(mods)
                   if c.fndesc.mangled_name in kept]
-        write_atomic(path, pickle.dumps(links), replace=True)
+        (store or cache_store.current()).write(path, pickle.dumps(links))
     except Exception:   # noqa: BLE001 - without a record the next process compiles it again
         return
 
 
-def load_links(path, load):
-    """Load the helpers recorded at ``path``; True when the entry's calls will resolve."""
+def load_links(path, load, store=None):
+    """Load the helpers recorded at ``path``; True when the entry's calls will resolve.
+    A record that does not verify is not unpickled (and not ready)."""
+    raw = (store or cache_store.current()).read(path)
+    if raw is None:
+        return False
     try:
-        with open(path, "rb") as f:
-            links = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError):
+        links = pickle.loads(raw)
+    except Exception:   # noqa: BLE001 - verified but of another Python: compiled again
+        return False
+    if not isinstance(links, list):
         return False
     ready = True
     for link in links:

@@ -1,10 +1,10 @@
 """Disk cache of generated source: a warm process does not run code generation again.
 
 Contract
-- ``generated(graph, name, pack_inputs, directory)`` returns what
+- ``generated(graph, name, pack_inputs, store)`` returns what
   ``lowering.codegen_cpu.generate`` would return for ``graph``, read from
-  ``<directory>/plans/<key hash>.json`` when an earlier process stored it, else
-  generated and stored (written once, atomic rename).
+  ``<cache dir>/plans/<key hash>.json`` when an earlier process stored it, else
+  generated and stored (``store``: tracer/cache_store.py, None: not stored).
 - The key is everything the generated text depends on: the graph's structural
   key (ops, exact attributes, shapes, dtypes, wiring), its value ids (they name
   the variables), ``name``, ``pack_inputs``, ``GRADJIT_FAST_MATH``, and a hash
@@ -13,8 +13,9 @@ Contract
 - Graphs whose attributes are not plain data (ints, floats, strings, dtypes,
   tuples of them; e.g. a custom Function class) are not cached: their text
   form need not identify them.
-- A file that cannot be read back (truncated, another format) is a miss, and
-  is replaced.
+- A file that does not verify (the store's keyed digest: truncated, edited, planted)
+  is discarded with a warning before it is parsed: a miss, and replaced. Its source
+  becomes code, so nothing unverified may reach it.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu import Generated, generate
 from gradjit.lowering.formulas import default_path
-from gradjit.tracer.gensrc import write_atomic
 
 STATS = {"plan_hits": 0, "plan_misses": 0}
 _CODE = []   # the code hash, computed once per process
@@ -70,10 +70,12 @@ def _key(graph, name, pack_inputs):
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def _read(path):
+def _read(store, path):
+    raw = store.read(path)
+    if raw is None:
+        return None
     try:
-        with open(path) as f:
-            d = json.load(f)
+        d = json.loads(raw)
         return Generated(d["source"], np.array([float.fromhex(c) for c in d["consts"]],
                                                dtype=np.float64),
                          bool(d["parallel"]), tuple(tuple(p) for p in d["packs"]))
@@ -86,19 +88,16 @@ def _text(gen):
                        "parallel": bool(gen.parallel), "packs": [list(p) for p in gen.packs]})
 
 
-def generated(graph, name, pack_inputs, directory):
-    key = _key(graph, name, pack_inputs)
+def generated(graph, name, pack_inputs, store):
+    key = None if store is None else _key(graph, name, pack_inputs)
     if key is None:
         return generate(graph, name, pack_inputs=pack_inputs)
-    folder = os.path.join(directory, "plans")
-    path = os.path.join(folder, key + ".json")
-    present = os.path.exists(path)
-    gen = _read(path) if present else None
+    path = store.path("plans", key + ".json")
+    gen = _read(store, path)
     if gen is not None:
         STATS["plan_hits"] += 1
         return gen
     STATS["plan_misses"] += 1
     gen = generate(graph, name, pack_inputs=pack_inputs)
-    os.makedirs(folder, exist_ok=True)
-    write_atomic(path, _text(gen), replace=present)   # an unreadable file is replaced
+    store.write(path, _text(gen).encode())
     return gen

@@ -1,67 +1,66 @@
-"""Generated Python source, loaded the project's one way: a file, then importlib.
+"""Generated Python source, loaded the project's one way: verified text, then exec.
 
 Contract
-- ``load(kind, source, names)``: the module of ``source``. The file is
-  ``<cache_dir()>/py/gj_<kind>_<content hash>.py``, written once through an
-  atomic rename and never rewritten; it is imported with importlib under the
-  same name (``sys.modules`` first, so one source is one module per process),
-  with ``names`` as globals set before its body runs. None when the file can
-  neither be found nor written (the caller goes without the generated code).
-- ``cache_dir()``, ``write_atomic`` and ``import_file`` are what runtime/
-  uses for its generated modules too (runtime/compiler.py, runtime/plans.py
-  and runtime/cuda.py take them from here: the tracer stage cannot import
-  runtime).
-- Why a file: a generated function is a file a reader can open and a
-  traceback can show, and Numba's disk cache needs a real module (the
-  generated Numba modules load through ``import_file``).
+- ``load(kind, source, names)``: the module of ``source``, named
+  ``gj_<kind>_<content hash>`` (one source is one module per process), with ``names`` as
+  globals set before its body runs. Its file ``<cache dir>/py/<name>.py`` is written for
+  readers and tracebacks (tracer/cache_store.py); the module runs from ``source`` itself.
+- ``import_source(name, source, path, names)``: the module ``name`` (the one already in
+  ``sys.modules`` if there is one) made by executing ``source`` compiled under the file
+  name ``path``; registered in ``sys.modules`` before its body runs (Numba's cache and
+  pickles find generated functions by module name). Why not ``importlib``: it would run
+  the bytecode cached beside the file (``__pycache__/*.pyc``), which nothing verifies,
+  and the file itself may have been changed; ``source`` is what the caller generated or
+  read back verified. Where the file is not on disk, ``linecache`` gets the text, so
+  tracebacks still show it.
+- ``cache_dir()``: the configured cache dir's path (runtime/ uses tracer/cache_store.py
+  through here and directly: the tracer stage cannot import runtime).
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import os
 import sys
-import tempfile
+import types
+
+from gradjit.tracer import cache_store
 
 
 def cache_dir():
-    d = os.environ.get("GRADJIT_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "gradjit")
-    os.makedirs(d, exist_ok=True)
-    return d
+    return cache_store.configured_dir()
 
 
-def write_atomic(path, text, replace=False):
-    """Write ``text`` (str, or bytes) to ``path`` through a temporary file and an atomic
-    rename; an existing file is kept unless ``replace`` (generated modules must never be
-    rewritten: their mtime is part of Numba's cache key)."""
-    if os.path.exists(path) and not replace:
-        return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def import_file(path, name, names=None):
-    """The module at ``path`` imported as ``name`` (the one already in ``sys.modules``
-    if there is one), with ``names`` set as its globals before its body runs."""
+def import_source(name, source, path, names=None):
     mod = sys.modules.get(name)
     if mod is not None:
         return mod
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
+    code = compile(source, path, "exec")
+    mod = types.ModuleType(name)
+    mod.__file__ = path
     if names:
         mod.__dict__.update(names)
-    sys.modules[name] = mod  # before exec: Numba's cache must see a real module
+    if not os.path.exists(path):
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    sys.modules[name] = mod   # before exec: Numba's cache must see a real module
     try:
-        spec.loader.exec_module(mod)
+        exec(code, mod.__dict__)
     except BaseException:
         del sys.modules[name]
         raise
     return mod
+
+
+def module_path(store, folder, name, source):
+    """Where module ``name`` lives: written in ``store`` (when there is one), else a name
+    that is only a label (compiled in memory)."""
+    if store is None:
+        return os.path.join("<gradjit in memory>", folder, name + ".py")
+    path = store.path(folder, name + ".py") if folder else store.path(name + ".py")
+    if store.writable and folder:
+        store.folder(store.path(folder))
+    store.put_module(path, source)
+    return path
 
 
 def load(kind, source, names):
@@ -69,11 +68,5 @@ def load(kind, source, names):
     mod = sys.modules.get(name)
     if mod is not None:
         return mod
-    try:
-        d = os.path.join(cache_dir(), "py")
-        os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, name + ".py")
-        write_atomic(path, source)
-    except OSError:
-        return None
-    return import_file(path, name, names)
+    return import_source(name, source, module_path(cache_store.current(), "py", name, source),
+                         names)

@@ -67,7 +67,7 @@ def test_generated_cuda_source_is_readable_without_numba_cuda():
     x = np.linspace(-1, 1, 300)
     _, opt, _ = gj.value_and_grad(lambda x: (np.tanh(x * 2.0) ** 2).sum()).graphs(x)
     src = generate_cuda(opt).source
-    assert src.count("@cuda.jit(cache=True)") == 2            # fused loop + final pass
+    assert src.count("@cuda.jit\n") == 2            # fused loop + final pass
     assert "stride = cuda.gridsize(1)" in src and "cuda.shared.array(256" in src
     assert "math.tanh(" in src and "  # %" in src              # libm on the GPU; IR comments
     assert "2.0" not in src.split("def entry")[0].replace("numba.float64", "")  # consts are args

@@ -116,7 +116,7 @@ def test_every_module_uses_numpy_error_model_and_comments(name):
     g = GRAPHS[name]()
     src = generate(g).source
     assert 'error_model="numpy"' in src
-    assert "cache=True" in src
+    assert "cache=" not in src   # (the runtime attaches the verified disk cache: runtime/numba_cache.py)
     assert "def entry(" in src
     # each IR node is named in a comment
     for n in g.nodes:

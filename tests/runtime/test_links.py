@@ -10,6 +10,7 @@ import numpy as np
 
 import gradjit as gj
 from gradjit.runtime import compiler, links
+from gradjit.tracer import cache_store
 from tests.runtime.rnn_child import rnn_child
 
 
@@ -92,11 +93,18 @@ def test_a_users_njit_caller_carries_the_helpers_it_needs(rng):
     assert _helper_symbols() and not _helper_symbols() & declared_only
 
 
-def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path):
+def _store(monkeypatch, tmp_path):
+    """The verified store of ``tmp_path`` (records are read and written through it)."""
+    monkeypatch.setenv("GRADJIT_CACHE_DIR", str(tmp_path))
+    return cache_store.current()
+
+
+def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path, monkeypatch):
     first = rnn_child(tmp_path)
     assert first["stats"]["compiles"] == 1 and first["links"]["shared"] >= 2
-    (record,) = tmp_path.glob("gj_*.links")
-    recorded = pickle.loads(record.read_bytes())
+    (record,) = (tmp_path / "numba").glob("gj_*.links")
+    store = _store(monkeypatch, tmp_path)
+    recorded = pickle.loads(store.read(str(record)))
     needed = [r for r in recorded if r[3] is not None]
     assert {("gradjit.lowering.blas_cpu", "ger"), ("gradjit.lowering.blas_cpu", "smm")} <= \
         {(m, f) for m, f, _, _ in needed}
@@ -111,28 +119,45 @@ def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path):
     assert third["stats"]["compiles"] == 1 and third["g"] == first["g"]
     # a helper whose code here is not what the entry calls (another symbol): compiled again
     m, f, a, _ = needed[0]
-    stale = [r for r in pickle.loads(record.read_bytes()) if r[:2] != (m, f)]
-    record.write_bytes(pickle.dumps(stale + [(m, f, a, "no_such_symbol")]))
+    stale = [r for r in pickle.loads(store.read(str(record))) if r[:2] != (m, f)]
+    store.write(str(record), pickle.dumps(stale + [(m, f, a, "no_such_symbol")]))
     fourth = rnn_child(tmp_path)
     assert fourth["stats"]["compiles"] == 1 and fourth["g"] == first["g"]
     fifth = rnn_child(tmp_path)   # (the fourth wrote a good record again)
     assert fifth["stats"]["compiles"] == 0 and fifth["g"] == first["g"]
 
 
-def test_a_missing_unreadable_or_foreign_record_is_not_ready(tmp_path):
+def test_a_missing_unreadable_unverified_or_foreign_record_is_not_ready(tmp_path, monkeypatch):
+    store = _store(monkeypatch, tmp_path)
     calls = []
     load = lambda d, a: calls.append(d)   # noqa: E731
     assert links.load_links(str(tmp_path / "none.links"), load) is False
-    bad = tmp_path / "bad.links"
-    bad.write_bytes(b"not a pickle")
-    assert links.load_links(str(bad), load) is False
-    gone = tmp_path / "gone.links"
-    gone.write_bytes(pickle.dumps([("gradjit.lowering.no_such_module", "f", (), "sym")]))
-    assert links.load_links(str(gone), load) is False
-    old = tmp_path / "old.links"   # (a record of another layout)
-    old.write_bytes(pickle.dumps([("gradjit.lowering.blas_cpu", "ger", ())]))
-    assert links.load_links(str(old), load) is False
+    bad = str(tmp_path / "bad.links")
+    store.write(bad, b"not a pickle")
+    assert links.load_links(bad, load) is False
+    gone = str(tmp_path / "gone.links")
+    store.write(gone, pickle.dumps([("gradjit.lowering.no_such_module", "f", (), "sym")]))
+    assert links.load_links(gone, load) is False
+    old = str(tmp_path / "old.links")   # (a record of another layout)
+    store.write(old, pickle.dumps([("gradjit.lowering.blas_cpu", "ger", ())]))
+    assert links.load_links(old, load) is False
     foreign = tmp_path / "foreign.links"
-    foreign.write_bytes(pickle.dumps([("os", "path", (), None)]))
+    store.write(str(foreign), pickle.dumps([("os", "path", (), None)]))
     assert links.load_links(str(foreign), load) is True   # nothing needed, nothing loaded
+    # written by anything but the store (no digest): never unpickled, not ready
+    marker = tmp_path / "ran"
+    planted = tmp_path / "planted.links"
+    planted.write_bytes(pickle.dumps(_Payload(str(marker))))
+    assert links.load_links(str(planted), load) is False and not marker.exists()
+    assert not planted.exists()   # (discarded)
     assert calls == []
+
+
+class _Payload:
+    """A pickle that, when unpickled, creates a file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))

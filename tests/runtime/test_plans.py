@@ -1,5 +1,6 @@
 """The generated-source cache (runtime/plans.py): hits return exactly what generation
 would, and everything the text depends on is part of the key. Counters, not clocks."""
+import json
 import os
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from gradjit.lowering import codegen_cpu
 from gradjit.lowering.passes import optimize
 from gradjit.runtime import plans
+from gradjit.tracer import cache_store
 from gradjit.tracer.ir import Graph
 
 
@@ -32,22 +34,27 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def store(tmp_path):
+    return cache_store.open_dir(str(tmp_path))
+
+
 def _same(a, b):
     assert a.source == b.source and a.parallel == b.parallel and a.packs == b.packs
     np.testing.assert_array_equal(a.consts, b.consts)
     assert [c.hex() for c in a.consts] == [c.hex() for c in b.consts]
 
 
-def test_second_request_reads_the_disk_and_equals_generation(tmp_path, counted):
-    first = plans.generated(_graph(-0.0), "entry", True, str(tmp_path))
-    again = plans.generated(_graph(-0.0), "entry", True, str(tmp_path))
+def test_second_request_reads_the_disk_and_equals_generation(store, counted):
+    first = plans.generated(_graph(-0.0), "entry", True, store)
+    again = plans.generated(_graph(-0.0), "entry", True, store)
     assert len(counted) == 1
     _same(first, again)
     _same(again, codegen_cpu.generate(_graph(-0.0), "entry", pack_inputs=True))
 
 
-def test_everything_the_text_depends_on_is_in_the_key(tmp_path, counted, monkeypatch):
-    d = str(tmp_path)
+def test_everything_the_text_depends_on_is_in_the_key(store, counted, monkeypatch):
+    d = store
     plans.generated(_graph(2.0), "entry", True, d)
     plans.generated(_graph(3.0), "entry", True, d)     # another attribute value
     plans.generated(_graph(-0.0), "entry", True, d)
@@ -63,16 +70,20 @@ def test_everything_the_text_depends_on_is_in_the_key(tmp_path, counted, monkeyp
     assert len(counted) == 9
 
 
-def test_unreadable_plan_is_a_miss_and_is_not_trusted(tmp_path, counted):
-    d = str(tmp_path)
-    good = plans.generated(_graph(), "entry", True, d)
-    (path,) = [os.path.join(d, "plans", f) for f in os.listdir(os.path.join(d, "plans"))]
-    with open(path, "w") as f:
-        f.write('{"source": "trunc')
-    again = plans.generated(_graph(), "entry", True, d)
-    assert len(counted) == 2
+@pytest.mark.parametrize("damage", ["truncated", "planted"])
+def test_unreadable_or_planted_plan_is_a_miss_and_is_not_trusted(tmp_path, store, counted,
+                                                                 damage, caplog):
+    good = plans.generated(_graph(), "entry", True, store)
+    folder = os.path.join(str(tmp_path), "plans")
+    (path,) = [os.path.join(folder, f) for f in os.listdir(folder)]
+    with open(path, "w") as f:   # (valid JSON, another program: what a planted plan is)
+        f.write('{"source": "trunc' if damage == "truncated" else
+                json.dumps({"source": "raise SystemExit(3)\n", "consts": [], "parallel": False,
+                            "packs": []}))
+    again = plans.generated(_graph(), "entry", True, store)
+    assert len(counted) == 2 and path in caplog.text   # (one warning names the file)
     _same(good, again)
-    plans.generated(_graph(), "entry", True, d)   # the file was replaced: a hit again
+    plans.generated(_graph(), "entry", True, store)   # the file was replaced: a hit again
     assert len(counted) == 2
 
 

@@ -16,7 +16,7 @@ from gradjit.lowering.codegen_cpu import SignatureMismatch
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
+@numba.njit(error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
 def entry(v0, v1, v2, consts):
     if v0.shape != (4, 8) or v1.shape != (8, 3) or v2.shape != (3,):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')

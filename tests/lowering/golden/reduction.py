@@ -14,7 +14,7 @@ from gradjit.lowering.codegen_cpu import SignatureMismatch
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
+@numba.njit(error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
 def entry(v0, v1, consts):
     if v0.shape != (8, 16) or v1.shape != (8, 16):
         raise SignatureMismatch('gradjit: argument shapes differ from the ones this function was compiled for')

@@ -11,7 +11,7 @@ from gradjit.lowering import pipeline_cpu as pl
 LLVM_OPT = 1
 
 
-@numba.njit(cache=True, error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
+@numba.njit(error_model="numpy", no_cfunc_wrapper=True, pipeline_class=pl.Lean)
 def entry(v0, v1, consts):
     # loop over (): %2, %3, %4
     t2 = v0 * v1  # %2:float64[] = mul.Tensor(%0, %1)
