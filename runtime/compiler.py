@@ -52,7 +52,7 @@ from numba.core.runtime import rtsys
 from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import blas_probe, numba_cache, plans
+from gradjit.runtime import blas_probe, memory, numba_cache, plans
 from gradjit.tracer import cache_store, gensrc
 from gradjit.tracer.gensrc import cache_dir  # noqa: F401 - (gj.cache_dir)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
@@ -62,18 +62,40 @@ from gradjit.tracer.ops_index import IndexBoundsError
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
          "fast_steps": 0}   # (backward() calls runtime/fast_backward.py took)
-_LOADED = {}   # (content hash, signature) -> dispatcher
+_MODULES = {}  # content hash -> its entries in _LOADED (the module is released at 0)
+
+
+def _evicted(key, disp):
+    """``_LOADED`` dropped ``key``: the module goes with its last entry, unless another
+    thread is loading from it right now (then it stays, and that thread counts it again)."""
+    h = key[0]
+    _MODULES[h] = _MODULES.get(h, 1) - 1
+    if _MODULES[h] > 0:
+        return
+    del _MODULES[h]
+    lock = cache_store.thread_lock(f"gj_{h}")
+    if lock.acquire(blocking=False):
+        try:
+            mod = sys.modules.pop(f"{GENERATED}{h}", None)
+            if mod is not None:
+                memory.release_module(mod)
+        finally:
+            lock.release()
+
+
+_LOADED = memory.Bounded(_evicted)   # (content hash, signature, name) -> dispatcher
 
 
 def stats():
-    return dict(STATS, **plans.STATS)
+    return dict(STATS, **plans.STATS, **memory.STATS)
 
 
 def reset_stats():
     for k in STATS:
         STATS[k] = 0 if k != "compile_seconds" else 0.0
-    for k in plans.STATS:
-        plans.STATS[k] = 0
+    for table in (plans.STATS, memory.STATS):
+        for k in table:
+            table[k] = 0
 
 
 def _numba_type(v):
@@ -89,6 +111,7 @@ def load(source, signature, name="entry"):
     if disp is not None:
         STATS["memory_hits"] += 1
         return disp
+    memory.unload_pending()
     store = cache_store.current()
     t0 = time.perf_counter()
     with cache_store.entry_lock(store, f"gj_{h}"):
@@ -152,6 +175,8 @@ def _load_verified(disp, signature, store):
 
 
 def remember(key, disp):
+    if key not in _LOADED:
+        _MODULES[key[0]] = _MODULES.get(key[0], 0) + 1
     _LOADED[key] = disp
 
 

@@ -31,6 +31,7 @@ import hashlib
 import numpy as np
 
 from gradjit.runtime.compiler import STATS, generated_module, locate
+from gradjit.runtime.memory import Bounded
 from gradjit.tracer import cache_store
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor_device import _Spec   # shape and dtype, no data
@@ -171,7 +172,7 @@ def compile_graph_cuda(graph):
     return CudaExecutable(graph)
 
 
-_OPS = {}
+_OPS = Bounded()
 
 
 def run_op(op_name, arrays, attrs):

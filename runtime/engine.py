@@ -28,6 +28,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import extract, optimize, prune_inputs
 from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
+from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda
 from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
@@ -37,7 +38,7 @@ from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.tensor import Tensor, compute_pending
 
-_PLANS = {}
+_PLANS = Bounded()   # history key -> Plan (runtime/memory.py: least recently used go)
 
 
 class Plan:

@@ -33,12 +33,13 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
+from gradjit.runtime.memory import Bounded
 from gradjit.tracer import gensrc, replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import plain_tensor
 
-_FAST = {}   # key -> (Executable, feeds, direct arguments or None, _lead's or None,
+_FAST = Bounded()   # (least recently used go: runtime/memory.py) key -> (Executable, feeds, direct arguments or None, _lead's or None,
 #             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
 #             gradient needs a copy or a cast (else None), out shape, out dtype, [the
 #             step's tracer/replay.Replay once made, False when it cannot be made])

@@ -21,6 +21,7 @@ import numpy as np
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
+from gradjit.runtime.memory import Bounded
 from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
@@ -181,7 +182,7 @@ class jvp_fn(_Transformed):
         return out, Tracer(out.graph, _jvp(out.graph, out, xs, ts).value)
 
 
-_JVP_CACHE = {}
+_JVP_CACHE = Bounded()
 
 
 def jvp(fn, primals, tangents):

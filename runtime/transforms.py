@@ -23,6 +23,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
+from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
@@ -121,7 +122,7 @@ class _Transformed:
         self.device = canonical(device)
         if self.device == "cuda":
             require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
-        self._compiled = {}
+        self._compiled = Bounded()   # signature -> (executable, constants, output tree)
         self._hot = None   # (dispatcher, trailing args, unpack or None) of the last signature
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
 

@@ -259,13 +259,17 @@ class Store:
         self._write(path, body, replace=raw is not None)
 
 
+def thread_lock(name):
+    """The lock this process's threads take for entry ``name`` (part of ``entry_lock``)."""
+    with _GUARD:
+        return _THREAD_LOCKS.setdefault(name, threading.RLock())
+
+
 @contextlib.contextmanager
 def entry_lock(store, name):
     """Hold the lock of entry ``name``: this process's threads and, where the dir is
     writable, other processes (a ``flock`` on ``locks/<name>.lock``)."""
-    with _GUARD:
-        lock = _THREAD_LOCKS.setdefault(name, threading.RLock())
-    with lock:
+    with thread_lock(name):
         fd = None
         if store is not None and store.writable and store.folder(store.path("locks")):
             path = store.path("locks", name + ".lock")

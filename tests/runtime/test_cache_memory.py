@@ -1,0 +1,120 @@
+"""Compiled code held in memory is bounded (runtime/memory.py): least recently used entries
+go, their code leaves Numba's JIT once nothing holds it, and results stay right.
+
+Counters, live objects and exit codes; the one memory figure is checked against a bound
+four times what was measured (0.34 MiB per compiled program beyond the bound)."""
+import gc
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime import compiler, memory
+
+
+def _program(k):
+    def f(w):
+        return (np.sin(w * k) * np.tanh(w) + w ** 3).sum()
+    return f
+
+
+def _want(k, w):
+    return k * np.cos(w * k) * np.tanh(w) + np.sin(w * k) / np.cosh(w) ** 2 + 3 * w ** 2
+
+
+@pytest.fixture
+def small_bound():
+    old = gj.cache_size(3)
+    yield 3
+    gj.cache_size(old)
+
+
+def _live_generated():
+    from numba.core.registry import CPUDispatcher
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is CPUDispatcher
+               and o.py_func.__module__.startswith("gradjit_gen_"))
+
+
+def test_tables_stay_bounded_and_results_right(small_bound):
+    w = np.linspace(-1, 1, 6)
+    before = gj.stats()["evictions"]
+    held = gj.grad(_program(2.0))   # (a transform the user keeps)
+    np.testing.assert_allclose(held(w), _want(2.0, w), rtol=1e-12)
+    for n in range(7, 14):   # seven more structures (another length each): beyond the bound
+        x = np.linspace(-1, 1, n)
+        np.testing.assert_allclose(gj.grad(_program(1.5))(x), _want(1.5, x), rtol=1e-12)
+    assert gj.stats()["evictions"] - before >= 5
+    assert len(compiler._LOADED) <= small_bound
+    # the kept transform still runs (its code is alive while it holds it), and again after
+    # everything is cleared
+    np.testing.assert_allclose(held(w + 0.5), _want(2.0, w + 0.5), rtol=1e-12)
+    gj.clear_cache()
+    assert len(compiler._LOADED) == 0
+    np.testing.assert_allclose(held(w), _want(2.0, w), rtol=1e-12)
+    np.testing.assert_allclose(gj.grad(_program(2.0))(w), _want(2.0, w), rtol=1e-12)
+
+
+def test_evicted_code_dies_when_nothing_holds_it(small_bound):
+    gj.clear_cache()
+    base = _live_generated()
+    for n in range(20, 27):
+        x = np.linspace(-1, 1, n)
+        gj.grad(_program(0.5))(x)
+    memory.unload_pending()
+    assert _live_generated() - base <= small_bound + 1
+
+
+def test_tensor_mode_steps_stay_right_beyond_the_bound(small_bound):
+    for n in list(range(3, 8)) * 2:   # five structures, twice: evicted, then built again
+        x = np.linspace(-1, 1, n)
+        t = gj.tensor(x, requires_grad=True)
+        (np.sin(t * 2.0) * np.tanh(t) + t ** 3).sum().backward()
+        np.testing.assert_allclose(t.grad.data, _want(2.0, x), rtol=1e-12)
+
+
+def test_cache_size_is_checked():
+    with pytest.raises(ValueError, match="cache_size"):
+        gj.cache_size(0)
+
+
+_CHILD = """
+import gc, json, sys
+import numpy as np, gradjit as gj
+from gradjit.runtime import memory
+gj.cache_size(5)
+def f(w, x):
+    y = w * x
+    for _ in range(3):
+        y = np.sin(y) + 0.25 * y
+    return (np.tanh(y) * x).sum()
+df = gj.grad(f)
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2 ** 20
+def run(lo, hi):
+    for n in range(lo, hi):
+        df(np.linspace(-1.0, 1.0, n), np.linspace(0.5, 1.5, n))
+    gc.collect()
+    memory.unload_pending()
+run(5, 15)
+r0 = rss()
+run(15, 40)
+print(json.dumps({"per": (rss() - r0) / 25, "stats": gj.stats()}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc")
+def test_memory_per_structure_beyond_the_bound(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "GRADJIT_EXECUTOR"}
+    env["GRADJIT_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["stats"]["compiles"] == 35 and got["stats"]["evictions"] >= 60
+    assert got["per"] <= 1.4, got   # (unbounded, before: 2.5 MiB per structure)
