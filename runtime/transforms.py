@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
+from gradjit.runtime import njit_interop
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -110,11 +112,36 @@ def _plain(layout):
     return not kparts and all(p[0] == "tree" and p[1] is None and p[2] == (None,) for p in parts)
 
 
+def _lookup(mod, qualname):
+    obj = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _rebuild(cls, fn, args, kwargs):
+    return cls(fn, *args, **kwargs)
+
+
 class _Transformed:
     def __new__(cls, fn=None, *args, **kwargs):
         if fn is None:   # used as @gj.jit(device="cuda") / @gj.grad(argnums=1): a decorator
             return functools.partial(cls, *args, **kwargs)
-        return super().__new__(cls)
+        self = super().__new__(cls)
+        self._made_with = (fn, args, kwargs)   # (what pickling rebuilds it from)
+        return self
+
+    def __reduce__(self):
+        """Pickled by reference: a module-level transform (``@gj.grad def f``) by its name,
+        any other as its class, function and arguments, compiled code never included (the
+        receiving process compiles, or loads from a shared disk cache). Lambdas and
+        closures pickle with ``cloudpickle``, as any function does."""
+        mod = sys.modules.get(getattr(self, "__module__", None) or "")
+        name = getattr(self, "__qualname__", None)
+        if mod is not None and name and "<" not in name and _lookup(mod, name) is self:
+            return name
+        fn, args, kwargs = self._made_with
+        return _rebuild, (type(self), fn, args, kwargs)
 
     def __init__(self, fn, static_argnums=(), device=None, static_argnames=()):
         self.fn = fn
@@ -138,6 +165,17 @@ class _Transformed:
                 return self._call_slow(args, kwargs)
             return res if hot[2] is None else hot[2](res)
         return self._call_slow(args, kwargs)
+
+    def compile_for(self, *args, **kwargs):
+        """Compile the signature of these example arguments (only their shapes, dtypes and
+        static values are read) without calling the function; returns ``self``. What
+        ``@njit`` code calling this transform runs (runtime/njit_interop.py)."""
+        traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
+                                                self.__name__)
+        if self._compiled.get(key) is None:
+            with gc_paused():
+                self._compiled[key] = self._build(traced, layout)
+        return self
 
     def _make_hot(self, entry):
         exe, consts, tree = entry
@@ -332,3 +370,6 @@ class grad(value_and_grad):
     """``d f / d args[argnums]`` of a scalar function; see ``value_and_grad``."""
 
     with_value = False
+
+
+njit_interop.install(_Transformed)   # (Numba types a transform as the dispatcher standing for it)

@@ -1,0 +1,135 @@
+"""Transforms called from the user's own ``@numba.njit`` code.
+
+Contract
+- ``numba.typeof(t)`` of a transform ``t`` (``gj.jit``, ``gj.grad``, ``gj.value_and_grad``)
+  is the type of ``numba_callable(t)``: a Numba dispatcher taking ``t``'s array arguments
+  and returning what ``t`` returns (arrays, 0-d results as scalars, tuples where ``t``
+  returns tuples). So ``t`` works inside ``@njit`` code as a global, a closure variable or
+  an argument, like any jitted function.
+- It runs the compiled code of the signatures ``t`` has been compiled for (by calls from
+  Python, or ``t.compile_for(*examples)``). Shapes are checked at run time: others raise
+  ``TypeError`` naming ``t`` and the shapes it has. Calls with dtypes or dimensions it has
+  no code for fail at typing with a ``TypingError`` that says the same. A new signature
+  compiled later is seen by ``@njit`` functions compiled later.
+- Not callable from ``@njit`` (a ``GradjitError`` at typing, saying why): CUDA transforms,
+  signatures whose arguments are not plain C-contiguous arrays of at least one dimension
+  (pytrees, static values, keywords, 0-d), results that are not arrays (``has_aux`` with
+  non-array aux), transforms that update state (batch norm under tracing), Jacobians.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.core.errors import TypingError
+from numba.extending import overload, typeof_impl
+
+from gradjit.runtime.compiler import Executable
+from gradjit.tracer.registry import GradjitError
+
+
+def _name(t):
+    return f"gj.{type(t).__name__}({getattr(t.fn, '__name__', 'f')})"
+
+
+def _entries(t):
+    """[(shapes, dtypes, exe, consts, outputs)] of ``t``'s compiled signatures that
+    ``@njit`` code can call; ``outputs``: the structure of its result, as indices into
+    the compiled entry's result tuple."""
+    from gradjit.runtime.transforms import _plain
+    found = []
+    for (layout, sig), (exe, consts, tree) in list(t._compiled.items()):
+        if not _plain(layout) or type(exe) is not Executable or not exe.plain_in:
+            continue
+        try:
+            outputs = t._unpack(tree, list(range(len(exe.graph.outputs))))
+        except Exception:   # noqa: BLE001 - a result that is more than arrays: not callable
+            continue
+        if _indices(outputs):
+            found.append((tuple(s for s, _ in sig), tuple(d for _, d in sig), exe, consts,
+                          outputs))
+    return found
+
+
+def _indices(x):
+    if isinstance(x, (tuple, list)):
+        return all(_indices(e) for e in x)
+    return type(x) is int
+
+
+def _render(x):
+    if isinstance(x, (tuple, list)):
+        return "(" + "".join(_render(e) + ", " for e in x) + ")"
+    return f"r[{x}]"
+
+
+def numba_callable(t):
+    """The Numba dispatcher standing for ``t`` in ``@njit`` code (see the contract)."""
+    if getattr(t, "device", "cpu") == "cuda":
+        raise GradjitError(f"{_name(t)}: a CUDA transform cannot be called from @njit code")
+    entries = _entries(t)
+    if not entries:
+        raise GradjitError(
+            f"{_name(t)}: nothing compiled that @njit code can call. Call it once from Python "
+            f"with plain arrays (or {type(t).__name__}.compile_for(*examples)) first: @njit "
+            f"code reaches the compiled signatures, whose arguments must be C-contiguous "
+            f"arrays and whose results arrays")
+    stamp = tuple(id(e[2]) for e in entries)
+    made = getattr(t, "_njit", None)
+    if made is not None and made[0] == stamp:
+        return made[1]
+    arity = {len(e[0]) for e in entries}
+    if len(arity) != 1:
+        raise GradjitError(f"{_name(t)}: compiled with {sorted(arity)} arguments; @njit code "
+                           f"can call a transform compiled for one number of arguments")
+    args = ", ".join(f"a{i}" for i in range(arity.pop()))
+    ns = {"implement": lambda argtypes: _implement(t, entries, argtypes)}
+    exec(compile(f"def stub({args}):\n    raise NotImplementedError\n\n"
+                 f"def typer({args}):\n    return implement(({args},))\n\n"
+                 f"def call({args}):\n    return stub({args})\n",
+                 f"<gradjit njit stand-in for {_name(t)}>", "exec"), ns)
+    overload(ns["stub"], jit_options={"error_model": "numpy"})(ns["typer"])
+    disp = numba.njit(ns["call"])
+    t._njit = (stamp, disp)
+    return disp
+
+
+def _implement(t, entries, argtypes):
+    """The implementation of ``t`` for Numba argument types ``argtypes``: the entries of
+    matching dtypes and dimensions, chosen by shape at run time."""
+    fit = [e for e in entries
+           if all(isinstance(a, types.Array) and a.layout == "C" and a.ndim == len(s)
+                  and a.dtype == numba.from_dtype(d) for a, s, d in zip(argtypes, e[0], e[1]))]
+    have = "; ".join(", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in zip(e[0], e[1]))
+                     for e in entries)
+    if not fit:
+        raise TypingError(f"{_name(t)}: called from @njit code with ({', '.join(map(str, argtypes))}),"
+                          f" which it has no compiled code for. It has: {have}. Call it once from "
+                          f"Python with such arrays (C-contiguous), or compile_for(*examples)")
+    n = len(argtypes)
+    params = ", ".join(f"a{i}" for i in range(n))
+    lines = [f"def impl({params}):"]
+    ns = {}
+    for k, (shapes, _, exe, consts, outputs) in enumerate(fit):
+        ns[f"e{k}"] = exe.fn
+        extra = list(consts) + [exe.consts]
+        for j, c in enumerate(extra):
+            ns[f"c{k}_{j}"] = np.ascontiguousarray(c)
+        test = " and ".join(f"a{i}.shape == {tuple(s)}" for i, s in enumerate(shapes)) or "True"
+        call_args = ", ".join([f"a{i}" for i in range(n)] +
+                              [f"c{k}_{j}.copy()" for j in range(len(extra))])
+        lines += [f"    if {test}:", f"        r = e{k}({call_args})",
+                  f"        return {_render(outputs)}"]
+    msg = (f"{_name(t)}: called from @njit code with argument shapes it was not compiled for; "
+           f"it has: {have}")
+    lines.append(f"    raise TypeError({msg!r})")
+    exec(compile("\n".join(lines) + "\n", f"<gradjit njit implementation of {_name(t)}>",
+                 "exec"), ns)
+    return ns["impl"]
+
+
+def install(cls):
+    """Make instances of ``cls`` (runtime/transforms.py's base class) typeable by Numba."""
+    @typeof_impl.register(cls)
+    def _typeof(val, c):
+        return types.Dispatcher(numba_callable(val))

@@ -1,0 +1,146 @@
+"""Transforms called from the user's own @njit code (runtime/njit_interop.py): as a global, a
+closure variable or an argument, with the results of calls from Python, clear errors
+for what was not compiled, and user functions that Numba caches across processes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+from numba.core.errors import TypingError
+
+import gradjit as gj
+
+
+def loss(w, x):
+    return (np.tanh(x @ w) ** 2).sum() + 0.5 * (w * w).sum()
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=3), rng.normal(size=(8, 3))
+
+
+def test_global_closure_and_argument(data):
+    w, x = data
+    df = gj.grad(loss)
+    want = df(w, x)
+
+    @numba.njit
+    def as_argument(g, w, x, lr, n):
+        for _ in range(n):
+            w = w - lr * g(w, x)
+        return w
+
+    ref = w.copy()
+    for _ in range(20):
+        ref = ref - 0.1 * df(ref, x)
+    np.testing.assert_allclose(as_argument(df, w, x, 0.1, 20), ref, rtol=1e-12)
+
+    def make():
+        h = df
+
+        @numba.njit
+        def closure(w, x):
+            return 2.0 * h(w, x)
+        return closure
+    np.testing.assert_allclose(make()(w, x), 2 * want, rtol=1e-12)
+    global _DF
+    _DF = df
+    np.testing.assert_allclose(_global(w, x), want, rtol=1e-12)
+
+
+_DF = None
+
+
+@numba.njit
+def _global(w, x):
+    return _DF(w, x)
+
+
+def test_value_and_grad_and_jit_return_what_python_gets(data):
+    w, x = data
+    vg = gj.value_and_grad(loss, argnums=(0, 1)).compile_for(w, x)
+    f = gj.jit(lambda w, x: (np.sin(x @ w), w * 2.0)).compile_for(w, x)
+
+    @numba.njit
+    def both(w, x):
+        v, (gw, gx) = vg(w, x)
+        a, b = f(w, x)
+        return v, gw, gx, a, b
+
+    v, gw, gx, a, b = both(w, x)
+    (v0, (gw0, gx0)), (a0, b0) = vg(w, x), f(w, x)
+    assert float(v) == pytest.approx(float(v0), rel=1e-13)
+    for got, want in ((gw, gw0), (gx, gx0), (a, a0), (b, b0)):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_several_shapes_are_chosen_at_run_time(data):
+    df = gj.grad(loss)
+    small, big = (np.ones(2), np.ones((4, 2))), (np.ones(5), np.ones((3, 5)))
+    df(*small)
+    df(*big)
+
+    @numba.njit
+    def call(w, x):
+        return df(w, x)
+    np.testing.assert_allclose(call(*small), df(*small), rtol=1e-13)
+    np.testing.assert_allclose(call(*big), df(*big), rtol=1e-13)
+    with pytest.raises(TypeError, match=r"not compiled for.*float64\[2\]"):
+        call(np.ones(3), np.ones((4, 3)))
+
+
+def test_clear_errors_for_what_has_no_code(data):
+    w, x = data
+    fresh = gj.grad(loss)
+
+    @numba.njit
+    def use(w, x):
+        return fresh(w, x)
+    with pytest.raises(gj.GradjitError, match="nothing compiled that @njit code can call"):
+        use(w, x)
+    fresh(w, x)
+
+    @numba.njit
+    def use32(w, x):
+        return fresh(w, x)
+    with pytest.raises(TypingError, match="no compiled code for"):
+        use32(w.astype(np.float32), x.astype(np.float32))
+
+
+def test_user_functions_cached_by_numba_across_processes(tmp_path):
+    (tmp_path / "usermod.py").write_text(textwrap.dedent("""
+        import numpy as np, numba, gradjit as gj
+        def loss(w, x):
+            return (np.tanh(x @ w) ** 2).sum() + 0.5 * (w * w).sum()
+        df = gj.grad(loss).compile_for(np.ones(3), np.ones((8, 3)))
+        @numba.njit(cache=True)
+        def descend(w, x, lr, n):
+            for _ in range(n):
+                w = w - lr * df(w, x)
+            return w
+    """))
+    run = textwrap.dedent("""
+        import json, numpy as np, gradjit as gj, usermod
+        rng = np.random.default_rng(0)
+        w, x = rng.normal(size=3), rng.normal(size=(8, 3))
+        out = usermod.descend(w, x, 0.1, 30)
+        ref = w.copy()
+        for _ in range(30):
+            ref = ref - 0.1 * usermod.df(ref, x)
+        print(json.dumps({"same": bool(np.allclose(out, ref, rtol=1e-12)),
+                          "numba_hits": sum(usermod.descend.stats.cache_hits.values()),
+                          "compiles": gj.stats()["compiles"]}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "GRADJIT_EXECUTOR"}
+    env.update(GRADJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
+    import json
+    outs = [json.loads(subprocess.run([sys.executable, "-c", run], env=env, cwd=tmp_path,
+                                      capture_output=True, text=True, check=True)
+                       .stdout.strip().splitlines()[-1]) for _ in range(2)]
+    assert outs[0]["same"] and outs[1]["same"]
+    assert outs[1]["numba_hits"] == 1 and outs[1]["compiles"] == 0
