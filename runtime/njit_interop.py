@@ -11,6 +11,10 @@ Contract
   ``TypeError`` naming ``t`` and the shapes it has. Calls with dtypes or dimensions it has
   no code for fail at typing with a ``TypingError`` that says the same. A new signature
   compiled later is seen by ``@njit`` functions compiled later.
+- ``c_callable(t, examples)``: a ``numba.cfunc`` of ``t`` at the examples' signature, for C
+  callers (``.address``, ``.ctypes``): ``void f(const T0 *a0, ..., T *out0, ...)``, one
+  pointer per argument array (C order, the examples' shapes), then one per result array
+  in the order of the result's leaves (a 0-d result: one element), written by the call.
 - Not callable from ``@njit`` (a ``GradjitError`` at typing, saying why): CUDA transforms,
   signatures whose arguments are not plain C-contiguous arrays of at least one dimension
   (pytrees, static values, keywords, 0-d), results that are not arrays (``has_aux`` with
@@ -126,6 +130,39 @@ def _implement(t, entries, argtypes):
     exec(compile("\n".join(lines) + "\n", f"<gradjit njit implementation of {_name(t)}>",
                  "exec"), ns)
     return ns["impl"]
+
+
+def c_callable(t, examples):
+    t.compile_for(*examples)
+    shapes = tuple(np.shape(a) for a in examples)
+    dtypes = tuple(np.asarray(a).dtype for a in examples)
+    entry = next((e for e in _entries(t) if e[0] == shapes and e[1] == dtypes), None)
+    if entry is None:
+        raise GradjitError(f"{_name(t)}: no C-callable form for these arguments (they must be "
+                           f"arrays of at least one dimension, and the results arrays)")
+    _, _, exe, consts, outputs = entry
+    leaves = _leaves(outputs)
+    outs = [exe.graph.outputs[i] for i in leaves]
+    sig = types.void(*[types.CPointer(numba.from_dtype(d)) for d in dtypes],
+                     *[types.CPointer(numba.from_dtype(v.dtype)) for v in outs])
+    extra = list(consts) + [exe.consts]
+    ns = {"e": exe.fn, "carray": numba.carray}
+    ns.update({f"c{j}": np.ascontiguousarray(c) for j, c in enumerate(extra)})
+    ins = [f"p{i}" for i in range(len(shapes))]
+    lines = [f"def c_entry({', '.join(ins + [f'q{k}' for k in range(len(outs))])}):"]
+    lines += [f"    a{i} = carray(p{i}, {tuple(s)})" for i, s in enumerate(shapes)]
+    lines.append(f"    r = e({', '.join([f'a{i}' for i in range(len(shapes))] + [f'c{j}.copy()' for j in range(len(extra))])})")
+    for k, (i, v) in enumerate(zip(leaves, outs)):
+        lines.append(f"    q{k}[0] = r[{i}]" if v.ndim == 0 else
+                     f"    carray(q{k}, {tuple(v.shape)})[...] = r[{i}]")
+    exec(compile("\n".join(lines) + "\n", f"<gradjit C entry of {_name(t)}>", "exec"), ns)
+    return numba.cfunc(sig, error_model="numpy")(ns["c_entry"])
+
+
+def _leaves(x):
+    if isinstance(x, (tuple, list)):
+        return [i for e in x for i in _leaves(e)]
+    return [x]
 
 
 def install(cls):

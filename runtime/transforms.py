@@ -177,6 +177,12 @@ class _Transformed:
                 self._compiled[key] = self._build(traced, layout)
         return self
 
+    def cfunc(self, *examples):
+        """A ``numba.cfunc`` of this transform at the examples' signature, for C callers:
+        ``void f(const T *a0, ..., T *out0, ...)`` (runtime/njit_interop.py); its
+        ``.address`` and ``.ctypes`` are what C code and ctypes take."""
+        return njit_interop.c_callable(self, examples)
+
     def _make_hot(self, entry):
         exe, consts, tree = entry
         packed = exe.__class__ is PackedExecutable and all(len(s) > 1 for s in exe.pack_shapes)

@@ -144,3 +144,17 @@ def test_user_functions_cached_by_numba_across_processes(tmp_path):
                        .stdout.strip().splitlines()[-1]) for _ in range(2)]
     assert outs[0]["same"] and outs[1]["same"]
     assert outs[1]["numba_hits"] == 1 and outs[1]["compiles"] == 0
+
+
+def test_a_c_callable_writes_the_results(data):
+    import ctypes
+    w, x = data
+    vg = gj.value_and_grad(loss, argnums=(0, 1))
+    cf = vg.cfunc(w, x)
+    value, gw, gx = np.zeros(1), np.zeros_like(w), np.zeros_like(x)
+    ptr = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (w, x, value, gw, gx)]
+    cf.ctypes(*ptr)
+    v0, (gw0, gx0) = vg(w, x)
+    assert value[0] == pytest.approx(float(v0), rel=1e-13) and cf.address
+    np.testing.assert_allclose(gw, gw0, rtol=1e-13)
+    np.testing.assert_allclose(gx, gx0, rtol=1e-13)
