@@ -1,12 +1,20 @@
-"""Shared test set-up: one compile cache per test session (fast, isolated).
+"""Shared test set-up: one compile cache per test process (fast, isolated).
 
-GRADJIT_CACHE_DIR is set before gradjit is imported anywhere, so every test in
-the session shares compiled code, and nothing touches the user's cache.
+GRADJIT_CACHE_DIR is set before gradjit is imported anywhere, so every test of a
+process shares compiled code, and nothing touches the user's cache. Under
+pytest-xdist each worker gets its own (tests count compiles and disk hits: another
+worker's entries would change them); a directory made here is removed at the end.
+A GRADJIT_CACHE_DIR you set yourself is used as it is.
 """
 import os
+import shutil
 import tempfile
 
-os.environ.setdefault("GRADJIT_CACHE_DIR", tempfile.mkdtemp(prefix="gradjit-test-cache-"))
+if os.environ.get("GRADJIT_CACHE_DIR") in (None, os.environ.get("GRADJIT_TEST_CACHE_MADE")):
+    _MADE = tempfile.mkdtemp(prefix="gradjit-test-cache-")
+    os.environ["GRADJIT_CACHE_DIR"] = os.environ["GRADJIT_TEST_CACHE_MADE"] = _MADE
+else:
+    _MADE = None
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -60,3 +68,8 @@ def fast():
     """Counts backward calls the fast path (runtime/fast_backward.py) completed: through
     ``fast_backward`` or a replayed step's written-out backward (``Tensor.backward``)."""
     return FastSteps()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _MADE is not None and os.environ.get("GRADJIT_CACHE_DIR") == _MADE:
+        shutil.rmtree(_MADE, ignore_errors=True)
