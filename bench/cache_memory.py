@@ -25,7 +25,7 @@ _CHILD = """
 import gc, json, sys
 import numpy as np, gradjit as gj
 from gradjit.runtime import memory
-bound, n = int(sys.argv[1]), int(sys.argv[2])
+bound, n, warm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 gj.cache_size(bound)
 def f(w, x):
     y = w * x
@@ -43,20 +43,21 @@ def run(lo, hi):
         df(np.linspace(-1.0, 1.0, k), np.linspace(0.5, 1.5, k))
     gc.collect()
     memory.unload_pending()
-run(5, 25)
+run(5, 5 + warm)
 r0 = rss()
-run(25, 25 + n)
+run(5 + warm, 5 + warm + n)
 s = gj.stats()
 print(json.dumps({"per_mib": (rss() - r0) / n, "rss_mib": rss(), "compiles": s["compiles"],
                   "disk_hits": s["disk_hits"], "evictions": s["evictions"]}))
 """
 
 
-def measure(bound, n, cache):
+def measure(bound, n, cache, warm=20):
+    """The child's report: RSS growth per structure over ``n`` structures after ``warm``."""
     env = {k: v for k, v in os.environ.items() if k != "GRADJIT_EXECUTOR"}
     env["GRADJIT_CACHE_DIR"] = cache
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(bound), str(n)], env=env,
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(bound), str(n), str(warm)], env=env,
                          capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -4,10 +4,7 @@ go, their code leaves Numba's JIT once nothing holds it, and results stay right.
 Counters, live objects and exit codes; the one memory figure is checked against a bound
 four times what was measured (0.34 MiB per compiled program beyond the bound)."""
 import gc
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -82,39 +79,19 @@ def test_cache_size_is_checked():
         gj.cache_size(0)
 
 
-_CHILD = """
-import gc, json, sys
-import numpy as np, gradjit as gj
-from gradjit.runtime import memory
-gj.cache_size(5)
-def f(w, x):
-    y = w * x
-    for _ in range(3):
-        y = np.sin(y) + 0.25 * y
-    return (np.tanh(y) * x).sum()
-df = gj.grad(f)
-def rss():
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096 / 2 ** 20
-def run(lo, hi):
-    for n in range(lo, hi):
-        df(np.linspace(-1.0, 1.0, n), np.linspace(0.5, 1.5, n))
-    gc.collect()
-    memory.unload_pending()
-run(5, 15)
-r0 = rss()
-run(15, 40)
-print(json.dumps({"per": (rss() - r0) / 25, "stats": gj.stats()}))
-"""
+def _bench():
+    """bench/cache_memory.py, which measures the same in the bench (one child script)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bench",
+                        "cache_memory.py")
+    spec = importlib.util.spec_from_file_location("gj_bench_cache_memory", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc")
 def test_memory_per_structure_beyond_the_bound(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "GRADJIT_EXECUTOR"}
-    env["GRADJIT_CACHE_DIR"] = str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["stats"]["compiles"] == 35 and got["stats"]["evictions"] >= 60
-    assert got["per"] <= 1.4, got   # (unbounded, before: 2.5 MiB per structure)
+    got = _bench().measure(5, 25, str(tmp_path), warm=10)
+    assert got["compiles"] == 35 and got["evictions"] >= 60
+    assert got["per_mib"] <= 1.4, got   # (unbounded, before: 2.5 MiB per structure)
