@@ -84,12 +84,13 @@ def test_scipy_minimize_takes_value_and_grad_on_a_raveled_pytree():
 
 
 def test_a_dask_cluster_sweeps_gradients_compiling_each_structure_once(tmp_path, monkeypatch):
-    """Two worker processes on a fresh shared cache: a parameter sweep over two structures
-    gives the local results, and each structure is compiled once in the whole cluster."""
+    """Two worker processes on a fresh shared cache: a parameter sweep (64 tasks of one
+    structure, 8 of another) gives the local results, and each structure is compiled once
+    in the whole cluster."""
     distributed = pytest.importorskip("distributed")
     monkeypatch.setenv("GRADJIT_CACHE_DIR", str(tmp_path / "shared"))   # (workers inherit it)
     monkeypatch.delenv("GRADJIT_EXECUTOR", raising=False)
-    data = [_data(seed=s) for s in range(8)] + [_data(n=5, k=4, seed=s) for s in range(8)]
+    data = [_data(seed=s) for s in range(64)] + [_data(n=5, k=4, seed=s) for s in range(8)]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
