@@ -16,6 +16,7 @@ import numpy as np
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer import numpy_reduce as nm
+from gradjit.tracer import numpy_ufunc_methods
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.numpy_args import UnsupportedError  # noqa: F401  (raised here too)
 from gradjit.tracer.registry import user_site
@@ -29,9 +30,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if dtype is not None:   # the loop's dtype: the operands are cast to it first
         inputs = [x.astype(dtype) if isinstance(x, ArrayOps) else np.asarray(x, dtype)
                   for x in inputs]
-    if method != "__call__" or fn is None or kwargs:
-        _unsupported(_ufunc_name(ufunc) + (f".{method}" if method != "__call__" else "")
-                     + (f" with {sorted(kwargs)}" if kwargs else ""))
+    if method != "__call__":   # reduce, accumulate, outer, at (tracer/numpy_ufunc_methods.py)
+        return _fresh(numpy_ufunc_methods.call(ufunc, method, fn, list(inputs), dict(kwargs),
+                                               _ufunc_name(ufunc)))
+    if fn is None or kwargs:
+        _unsupported(_ufunc_name(ufunc) + (f" with {sorted(kwargs)}" if kwargs else ""))
     return _fresh(fn(*inputs))
 
 
