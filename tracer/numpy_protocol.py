@@ -255,3 +255,7 @@ from gradjit.tracer.numpy_shape import NUMPY_UFUNCS as _SHAPE_U  # noqa: E402
 _FUNCTIONS.update(_SHAPE)   # NumPy's own signatures where torch's differ (numpy_shape.py)
 _UFUNCS.update(_SHAPE_U)
 _NAMES |= {f.__name__ for f in list(_SHAPE) + list(_SHAPE_U)}
+from gradjit.tracer.numpy_stats import NUMPY_FUNCTIONS as _STATS  # noqa: E402
+
+_FUNCTIONS.update(_STATS)   # quantile, cov, convolve, polyval ... (numpy_stats.py)
+_NAMES |= {f.__name__ for f in _STATS}

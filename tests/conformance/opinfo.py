@@ -1608,6 +1608,67 @@ for _names, _bug in KNOWN_BUGS:
         _BY_NAME[_n].bugs.append(_bug)
 
 
+# -- statistics, series, matrix powers (tracer/numpy_stats.py) ------------------------------------
+def _quantile_samples(scale):
+    def gen(rng):
+        x35, x234 = draw(rng, (3, 5)), draw(rng, (2, 3, 4))
+        q = lambda *v: [scale * e for e in v] if len(v) > 1 else scale * v[0]  # noqa: E731
+        return [Sample((draw(rng, (7,)),), {"q": q(0.3)}),
+                Sample((x35,), {"q": q(0.1, 0.5, 0.9), "axis": 1}),
+                Sample((x35,), {"q": q(0.25), "axis": 0, "keepdims": True}),
+                Sample((x35,), {"q": q(1.0)}), Sample((x35,), {"q": q(0.0), "axis": 1}),
+                Sample((x234,), {"q": q(0.6), "axis": -1}),
+                Sample((x234,), {"q": q(0.2, 0.7), "keepdims": True}),
+                Sample((draw(rng, (1,)),), {"q": q(0.5)}),
+                Sample((draw(rng, (6,), "real", F4),), {"q": q(0.4)}),
+                Sample((draw(rng, (2, 5), "int"),), {"q": q(0.5), "axis": 1})]
+    return gen
+
+
+add(np.quantile, samples=_quantile_samples(1.0))
+add(np.percentile, samples=_quantile_samples(100.0))
+
+
+def _cov_samples(rng):
+    x36 = draw(rng, (3, 6))
+    return [Sample((x36,)), Sample((draw(rng, (6,)),)), Sample((draw(rng, (5, 3)),), {"rowvar": False}),
+            Sample((x36,), {"bias": True}), Sample((x36,), {"ddof": 2}),
+            Sample((draw(rng, (6,)), draw(rng, (6,))), desc="m and y"),
+            Sample((draw(rng, (2, 5)), draw(rng, (1, 5))), desc="m and y rows"),
+            Sample((draw(rng, (3, 4), "real", F4),)), Sample((draw(rng, (2, 5), "int"),))]
+
+
+add(np.cov, samples=_cov_samples, rtol=1e-10)
+add(np.corrcoef, samples=lambda rng: [
+    Sample((draw(rng, (3, 6)),)), Sample((draw(rng, (6,)),)),
+    Sample((draw(rng, (6,)), draw(rng, (6,))), desc="x and y"),
+    Sample((draw(rng, (5, 3)),), {"rowvar": False}), Sample((draw(rng, (2, 5), "int"),))],
+    rtol=1e-10, atol=1e-12)
+add(np.polyval, samples=lambda rng: [
+    Sample((draw(rng, (4,)), draw(rng, (3,)))), Sample((draw(rng, (3,)), draw(rng, (2, 3)))),
+    Sample((draw(rng, (1,)), draw(rng, ()))), Sample((draw(rng, (5,)), draw(rng, (1, 4)))),
+    Sample((draw(rng, (3,), "int"), draw(rng, (4,)))), Sample((draw(rng, (3,)), draw(rng, (4,), "int")))])
+
+
+def _series_samples(rng):
+    out = []
+    for mode in ("full", "same", "valid"):
+        out += [Sample((draw(rng, (6,)), draw(rng, (3,))), {"mode": mode}),
+                Sample((draw(rng, (3,)), draw(rng, (6,))), {"mode": mode}, desc="v longer"),
+                Sample((draw(rng, (4,)), draw(rng, (4,))), {"mode": mode})]
+    return out + [Sample((draw(rng, (1,)), draw(rng, (1,)))),
+                  Sample((draw(rng, (5,), "int"), draw(rng, (2,), "int"))),
+                  Sample((draw(rng, (5,), "real", F4), draw(rng, (2,))))]
+
+
+add(np.convolve, samples=_series_samples)
+add(np.correlate, samples=_series_samples)
+add(np.linalg.matrix_power, samples=lambda rng: [
+    Sample((well(rng, (3, 3)),), {"n": n}) for n in (0, 1, 2, 3, 5, -1, -2)] + [
+    Sample((well(rng, (2, 3, 3)),), {"n": 2}), Sample((np.array([[2, 1], [1, 3]]),), {"n": 3}),
+    Sample((well(rng, (2, 2)).astype(F4),), {"n": 2})], rtol=1e-10, atol=1e-12)
+
+
 # -- what is not in the table, and why -------------------------------------------------------------
 SKIP = {
     # (entries of the dispatch table without an OpInfo: none today. Add one here with the

@@ -1,0 +1,217 @@
+"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate and
+linalg.matrix_power on traced values.
+
+Contract
+- The fourth part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
+  signatures and values, composites of registered ops, so first and higher derivatives
+  come from those ops; unknown keywords a ``TypeError`` naming the function,
+  unhonourable ones ``UnsupportedError``). ``NUMPY_FUNCTIONS`` is what
+  ``tracer/numpy_protocol.py`` merges into its table.
+- ``quantile`` / ``percentile``: ``method='linear'`` (NumPy's default) with concrete ``q``
+  (a number or an array: its dimensions come first in the result), ``axis`` None or one
+  int, ``keepdims``; the sorted values are interpolated, so the gradient goes to the two
+  order statistics around each quantile.
+- ``cov`` / ``corrcoef``: ``m``, ``y``, ``rowvar``, ``bias``, ``ddof``, ``dtype``; weights
+  are refused. ``corrcoef`` clips to [-1, 1] as NumPy does.
+- ``convolve`` / ``correlate``: 1-D, modes 'full', 'same', 'valid', either operand traced,
+  as windows of the zero-padded longer operand times the other.
+- ``polyval``: Horner's rule over the coefficients (a traced array or a list of values).
+- ``matrix_power``: repeated squaring; ``n < 0`` inverts first, ``n == 0`` is the identity.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gradjit.tracer.api import ArrayOps as A
+from gradjit.tracer.methods_index import cat
+from gradjit.tracer.numpy_extra import checked, is_obj, like_of, obj, unsupported
+
+
+def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+              keepdims=False, *, weights=None, interpolation=None, name="quantile"):
+    if out is not None or weights is not None or (interpolation or method) != "linear":
+        unsupported(f"np.{name}(..., {'out=' if out is not None else 'weights=' if weights is not None else 'method=' + repr(interpolation or method)})")
+    if is_obj(q):
+        unsupported(f"np.{name} with a traced q")
+    like = like_of(a)
+    a = obj(a, like)
+    qa = np.asarray(q, dtype=np.float64)
+    if name == "percentile":
+        if np.any((qa < 0) | (qa > 100)):
+            raise ValueError("Percentiles must be in the range [0, 100]")
+        qa = qa / 100.0
+    elif np.any((qa < 0) | (qa > 1)):
+        raise ValueError("Quantiles must be in the range [0, 1]")
+    if a.dtype.kind not in "fc":
+        a = A.to(a, np.float64)
+    shape = tuple(a.shape)
+    if axis is None:
+        x, ax = A.reshape(a, (-1,)), 0
+    else:
+        if not isinstance(axis, numbers.Integral):
+            unsupported(f"np.{name} over several axes")
+        ax = int(axis) % max(a.ndim, 1)
+        x = a
+    n = x.shape[ax]
+    if n == 0:
+        raise IndexError(f"np.{name}: cannot take a quantile of an empty axis")
+    s = A.sort(x, ax)[0]
+    pos = qa.reshape(-1) * (n - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    t = pos - lo
+    below, above = A.index_select(s, ax, lo), A.index_select(s, ax, hi)
+    tt = like._const(t.astype(s.dtype).reshape((-1,) + (1,) * (s.ndim - ax - 1)))
+    diff = A.sub(above, below)
+    res = A.add(below, A.mul(diff, tt))   # NumPy's lerp (below the midpoint; equal up to rounding)
+    res = A.movedim(res, ax, 0) if ax else res
+    rest = tuple(res.shape[1:])
+    if keepdims:
+        rest = (tuple(1 for _ in shape) if axis is None else
+                tuple(1 if d == ax else e for d, e in enumerate(shape)))
+    return A.reshape(res, qa.shape + rest)
+
+
+def _percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, *, weights=None, interpolation=None):
+    return _quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                     interpolation=interpolation, name="percentile")
+
+
+def _quantile_np(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                 keepdims=False, *, weights=None, interpolation=None):
+    return _quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                     interpolation=interpolation)
+
+
+def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+         dtype=None):
+    if fweights is not None or aweights is not None:
+        unsupported("np.cov(..., fweights= or aweights=)")
+    like = like_of(m, y)
+    rdt = np.result_type(*(np.asarray(v).dtype if not is_obj(v) else v.dtype
+                           for v in (m, y) if v is not None), np.float64) if dtype is None \
+        else np.dtype(dtype)
+    x = obj(m, like, rdt)
+    if x.ndim > 2:
+        raise ValueError("m has more than 2 dimensions")
+    x = A.reshape(x, (1, -1)) if x.ndim < 2 else x
+    if not rowvar and x.shape[0] != 1:
+        x = A.permute(x, (1, 0))
+    if y is not None:
+        yy = obj(y, like, rdt)
+        if yy.ndim > 2:
+            raise ValueError("y has more than 2 dimensions")
+        yy = A.reshape(yy, (1, -1)) if yy.ndim < 2 else yy
+        if not rowvar and yy.shape[0] != 1:
+            yy = A.permute(yy, (1, 0))
+        x = cat([x, yy], 0)
+    ddof = (0 if bias else 1) if ddof is None else int(ddof)
+    fact = x.shape[1] - ddof
+    xc = A.sub(x, A.mean(x, (1,), True))
+    c = A.div(A.matmul(xc, A.permute(xc, (1, 0))), float(max(fact, 0)))
+    return A.reshape(c, tuple(d for d in c.shape if d != 1)) if 1 in c.shape else c
+
+
+def _corrcoef(x, y=None, rowvar=True, bias=np._NoValue, ddof=np._NoValue, *, dtype=None):
+    c = _cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return A.div(c, c)
+    d = A.sqrt(A.diagonal(c, 0, 0, 1))
+    c = A.div(A.div(c, A.reshape(d, (-1, 1))), A.reshape(d, (1, -1)))
+    return A.clamp(c, -1.0, 1.0)
+
+
+def _polyval(p, x):
+    like = like_of(p, x)
+    x = obj(x, like)
+    coeffs = list(p) if isinstance(p, (list, tuple)) else None
+    if coeffs is None:
+        pa = obj(p, like)
+        if pa.ndim != 1:
+            unsupported("np.polyval with a coefficient array that is not 1-D")
+        coeffs = [pa[k] for k in range(pa.shape[0])]
+    y = A.mul(x, 0)   # (NumPy starts from zeros_like(x): x's shape and dtype)
+    for c in coeffs:
+        y = A.add(A.mul(y, x), c if is_obj(c) else like._const(np.asarray(c)))
+    return y
+
+
+def _windows(a, v, name):
+    """(the longer operand padded, the shorter one, its length): NumPy swaps so the
+    longer one slides under the shorter."""
+    like = like_of(a, v)
+    a, v = obj(a, like), obj(v, like)
+    if a.ndim != 1 or v.ndim != 1:
+        raise ValueError(f"np.{name}: object too deep for desired array (1-D operands only)")
+    if a.shape[0] == 0 or v.shape[0] == 0:
+        raise ValueError(f"{'a' if a.shape[0] == 0 else 'v'} cannot be empty")
+    return like, a, v
+
+
+def _full(like, a, v):
+    """The full convolution of 1-D ``a`` and ``v`` (length n + m - 1)."""
+    n, m = a.shape[0], v.shape[0]
+    dt = np.result_type(a.dtype, v.dtype)
+    a, v = A.to(a, dt), A.to(v, dt)
+    if n < m:
+        a, v, n, m = v, a, m, n
+    pad = like._const(np.zeros(m - 1, dt))
+    ap = cat([pad, a, pad], 0) if m > 1 else a
+    idx = np.arange(n + m - 1)[:, None] + np.arange(m)[None, :]
+    win = ap[idx]   # (n + m - 1, m): each output's window
+    return A.sum(A.mul(win, A.flip(v, (0,))), (1,)), n, m
+
+
+def _mode_slice(full, n, m, mode, name):
+    if mode in ("full", 2):
+        return full
+    if mode in ("same", 1):
+        start = (m - 1) // 2
+        return full[start:start + n]
+    if mode in ("valid", 0):
+        return full[m - 1:n]
+    raise ValueError(f"np.{name}: mode must be one of 'valid', 'same', or 'full' (got {mode!r})")
+
+
+def _convolve(a, v, mode="full"):
+    like, a, v = _windows(a, v, "convolve")
+    full, n, m = _full(like, a, v)
+    return _mode_slice(full, n, m, mode, "convolve")
+
+
+def _correlate(a, v, mode="valid"):
+    like, a, v = _windows(a, v, "correlate")
+    full, n, m = _full(like, a, A.flip(v, (0,)))   # (real operands: no conjugate)
+    return _mode_slice(full, n, m, mode, "correlate")
+
+
+def _matrix_power(a, n):
+    if not isinstance(n, numbers.Integral):
+        raise TypeError("exponent must be an integer")
+    like = like_of(a)
+    a = obj(a, like)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    if n == 0:
+        eye = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), tuple(a.shape)).copy()
+        return like._const(eye)
+    if n < 0:
+        a, n = np.linalg.inv(a), -n
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else A.matmul(result, base)
+        n >>= 1
+        if n:
+            base = A.matmul(base, base)
+    return result
+
+
+NUMPY_FUNCTIONS = {f: checked(f, impl) for f, impl in {
+    np.quantile: _quantile_np, np.percentile: _percentile, np.cov: _cov,
+    np.corrcoef: _corrcoef, np.polyval: _polyval, np.convolve: _convolve,
+    np.correlate: _correlate, np.linalg.matrix_power: _matrix_power,
+}.items()}
