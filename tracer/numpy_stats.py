@@ -1,4 +1,4 @@
-"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate and
+"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate, interp and
 linalg.matrix_power on traced values.
 
 Contract
@@ -17,6 +17,11 @@ Contract
   as windows of the zero-padded longer operand times the other.
 - ``polyval``: Horner's rule over the coefficients (a traced array or a list of values).
 - ``matrix_power``: repeated squaring; ``n < 0`` inverts first, ``n == 0`` is the identity.
+- ``interp``: NumPy's piecewise-linear rule, ``left`` / ``right`` included (``period`` is
+  refused); any of ``x``, ``xp``, ``fp`` traced. Each ``x`` finds its segment by counting
+  the ``xp`` at or below it (a comparison against every ``xp``: memory ``x.size * xp.size``),
+  then gathers the segment's ends; the gradient is the slope for ``x`` and the two
+  interpolation weights for ``fp``.
 """
 from __future__ import annotations
 
@@ -210,7 +215,42 @@ def _matrix_power(a, n):
     return result
 
 
+def _interp(x, xp, fp, left=None, right=None, period=None):
+    if period is not None:
+        unsupported("np.interp(..., period=...)")
+    like = like_of(x, xp, fp)
+    dt = np.result_type(*(v.dtype if is_obj(v) else np.asarray(v).dtype for v in (x, xp, fp)),
+                        np.float64)
+    x, xp, fp = obj(x, like, dt), obj(xp, like, dt), obj(fp, like, dt)
+    if xp.ndim != 1 or fp.ndim != 1:
+        raise ValueError("object too deep for desired array (xp and fp are 1-D)")
+    k = xp.shape[0]
+    if k == 0:
+        raise ValueError("array of sample points is empty")
+    if fp.shape[0] != k:
+        raise ValueError("fp and xp are not of the same length.")
+    flat = A.reshape(x, (-1, 1))
+    if k == 1:
+        y = A.add(A.mul(flat, 0.0), A.reshape(fp, (1, 1)))
+    else:
+        below = A.sum(A.to(A.le(A.reshape(xp, (1, k)), flat), np.int64), (1,))
+        j = A.clamp(A.sub(below, 1), 0, k - 2)
+        j1 = A.add(j, 1)
+        x0, x1 = A.index_select(xp, 0, j), A.index_select(xp, 0, j1)
+        y0, y1 = A.index_select(fp, 0, j), A.index_select(fp, 0, j1)
+        xf = A.reshape(flat, (-1,))
+        y = A.add(A.mul(A.div(A.sub(y1, y0), A.sub(x1, x0)), A.sub(xf, x0)), y0)
+        y = A.reshape(y, (-1, 1))
+    lo = fp[0] if left is None else obj(left, like, dt)
+    hi = fp[k - 1] if right is None else obj(right, like, dt)
+    from gradjit.tracer.api import where
+    y = where(A.lt(flat, xp[0]), lo, where(A.gt(flat, xp[k - 1]), hi, y))
+    y = where(A.eq(flat, xp[k - 1]), fp[k - 1], y)   # (exactly fp[-1] there, as NumPy)
+    return A.reshape(y, tuple(x.shape))
+
+
 NUMPY_FUNCTIONS = {f: checked(f, impl) for f, impl in {
+    np.interp: _interp,
     np.quantile: _quantile_np, np.percentile: _percentile, np.cov: _cov,
     np.corrcoef: _corrcoef, np.polyval: _polyval, np.convolve: _convolve,
     np.correlate: _correlate, np.linalg.matrix_power: _matrix_power,

@@ -1669,6 +1669,20 @@ add(np.linalg.matrix_power, samples=lambda rng: [
     Sample((well(rng, (2, 2)).astype(F4),), {"n": 2})], rtol=1e-10, atol=1e-12)
 
 
+def _interp_samples(rng):
+    xp = np.array([-1.0, -0.2, 0.3, 1.1, 2.0])
+    x = np.array([-1.5, -0.7, 0.05, 0.29, 0.8, 1.5, 2.5, -0.21])   # (off the sample points)
+    return [Sample((x, xp, draw(rng, (5,)))), Sample((x.reshape(2, 4), xp, draw(rng, (5,)))),
+            Sample((np.array(0.4), xp, draw(rng, (5,)))),
+            Sample((x, xp, draw(rng, (5,))), {"left": -3.0, "right": 4.0}),
+            Sample((x, xp[:1], draw(rng, (1,))), desc="one sample point"),
+            Sample((x, xp, draw(rng, (5,), "int")), desc="int fp"),
+            Sample((x.astype(F4), xp, draw(rng, (5,)))), Sample((np.zeros(0), xp, draw(rng, (5,))))]
+
+
+add(np.interp, samples=_interp_samples)
+
+
 # -- what is not in the table, and why -------------------------------------------------------------
 SKIP = {
     # (entries of the dispatch table without an OpInfo: none today. Add one here with the
