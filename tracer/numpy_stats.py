@@ -1,5 +1,5 @@
-"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate, interp and
-linalg.matrix_power on traced values.
+"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate, interp,
+searchsorted and linalg.matrix_power on traced values.
 
 Contract
 - The fourth part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
@@ -22,6 +22,8 @@ Contract
   the ``xp`` at or below it (a comparison against every ``xp``: memory ``x.size * xp.size``),
   then gathers the segment's ends; the gradient is the slope for ``x`` and the two
   interpolation weights for ``fp``.
+- ``searchsorted``: the count of ``a`` below ``v`` ('left') or at or below it ('right'),
+  which is NumPy's answer for a sorted ``a``; int64, no gradient. ``sorter`` is refused.
 """
 from __future__ import annotations
 
@@ -249,8 +251,24 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
     return A.reshape(y, tuple(x.shape))
 
 
+def _searchsorted(a, v, side="left", sorter=None):
+    if sorter is not None:
+        unsupported("np.searchsorted(..., sorter=...)")
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right' (got {side!r})")
+    like = like_of(a, v)
+    a, v = obj(a, like), obj(v, like)
+    if a.ndim != 1:
+        raise ValueError("object too deep for desired array (a is 1-D)")
+    dt = np.result_type(a.dtype, v.dtype)
+    col = A.reshape(A.to(v, dt), (-1, 1))
+    row = A.reshape(A.to(a, dt), (1, -1))
+    hits = A.lt(row, col) if side == "left" else A.le(row, col)
+    return A.reshape(A.sum(A.to(hits, np.int64), (1,)), tuple(v.shape))
+
+
 NUMPY_FUNCTIONS = {f: checked(f, impl) for f, impl in {
-    np.interp: _interp,
+    np.interp: _interp, np.searchsorted: _searchsorted,
     np.quantile: _quantile_np, np.percentile: _percentile, np.cov: _cov,
     np.corrcoef: _corrcoef, np.polyval: _polyval, np.convolve: _convolve,
     np.correlate: _correlate, np.linalg.matrix_power: _matrix_power,

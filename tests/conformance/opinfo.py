@@ -1681,6 +1681,12 @@ def _interp_samples(rng):
 
 
 add(np.interp, samples=_interp_samples)
+add(np.searchsorted, samples=lambda rng: [
+    Sample((np.sort(draw(rng, (6,))), draw(rng, (4,)))),
+    Sample((np.array([0.0, 1.0, 1.0, 2.0]), np.array([[1.0, 0.5], [2.0, -1.0]])), {"side": "right"}),
+    Sample((np.array([0.0, 1.0, 1.0, 2.0]), np.array([1.0, 3.0, 0.0]))),
+    Sample((np.array([1, 3, 5]), np.array(4))), Sample((np.sort(draw(rng, (5,))), draw(rng, (0,))))],
+    differentiable=False)
 
 
 # -- what is not in the table, and why -------------------------------------------------------------
