@@ -93,6 +93,15 @@ def _quantile_np(a, q, axis=None, out=None, overwrite_input=False, method="linea
                      interpolation=interpolation)
 
 
+def _variables(v, name, like, dtype, rowvar):
+    """``v`` as (variables, observations): 2-D, rows the variables (NumPy's ``cov`` rule)."""
+    x = obj(v, like, dtype)
+    if x.ndim > 2:
+        raise ValueError(f"{name} has more than 2 dimensions")
+    x = A.reshape(x, (1, -1)) if x.ndim < 2 else x
+    return A.permute(x, (1, 0)) if not rowvar and x.shape[0] != 1 else x
+
+
 def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
          dtype=None):
     if fweights is not None or aweights is not None:
@@ -101,20 +110,9 @@ def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=
     rdt = np.result_type(*(np.asarray(v).dtype if not is_obj(v) else v.dtype
                            for v in (m, y) if v is not None), np.float64) if dtype is None \
         else np.dtype(dtype)
-    x = obj(m, like, rdt)
-    if x.ndim > 2:
-        raise ValueError("m has more than 2 dimensions")
-    x = A.reshape(x, (1, -1)) if x.ndim < 2 else x
-    if not rowvar and x.shape[0] != 1:
-        x = A.permute(x, (1, 0))
+    x = _variables(m, "m", like, rdt, rowvar)
     if y is not None:
-        yy = obj(y, like, rdt)
-        if yy.ndim > 2:
-            raise ValueError("y has more than 2 dimensions")
-        yy = A.reshape(yy, (1, -1)) if yy.ndim < 2 else yy
-        if not rowvar and yy.shape[0] != 1:
-            yy = A.permute(yy, (1, 0))
-        x = cat([x, yy], 0)
+        x = cat([x, _variables(y, "y", like, rdt, rowvar)], 0)
     ddof = (0 if bias else 1) if ddof is None else int(ddof)
     fact = x.shape[1] - ddof
     xc = A.sub(x, A.mean(x, (1,), True))
