@@ -2,8 +2,11 @@
 
 Contract: ``explain(obj, *args, argnums=0, file=sys.stdout) -> str`` prints
 (and returns) three sections: the forward IR as traced/recorded, the IR that
-is compiled (the joint forward+adjoint graph for a function, the backward
-graph for a tensor) after optimisation, and the generated Python source.
+is compiled (the joint forward+adjoint graph for a function, for a tensor,
+what its ``backward()`` would run now: its deferred forward and backward compiled together
+when the recording tape holds its history, else the backward graph) after
+optimisation, and the generated Python source. Explaining a tensor changes nothing
+about which plan its backward runs.
 ``obj`` is a plain function (its gradient w.r.t. ``argnums`` is explained),
 a ``gj.jit`` / ``gj.grad`` / ``gj.value_and_grad`` function, or a Tensor
 with recorded history (its backward is explained).
@@ -14,8 +17,9 @@ import sys
 
 import numpy as np
 
-from gradjit.runtime.engine import build_plan
+from gradjit.runtime.engine import build_joint_plan, build_plan
 from gradjit.runtime.transforms import _Transformed, grad
+from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History
 from gradjit.tracer.tensor import Tensor
 
@@ -25,12 +29,21 @@ def explain(obj, *args, argnums=0, file=None):
         if obj.grad_fn is None:
             raise ValueError("explain: this tensor has no recorded history (is it a leaf, or was "
                              "it computed without requires_grad / under no_grad?)")
-        hist = History([obj])
+        # What backward() would run now: the deferred forward and the backward compiled
+        # together when the recording tape holds the whole history (runtime/engine.py's
+        # _run_joint, whose plan the fast path then reuses), else the backward graph alone.
+        hist = History.peek([obj])
         forward = str(hist.graph())
-        wrt = [hist.addr(t) for t in hist.leaves if t.requires_grad]
-        plan = build_plan(hist, ((obj.shape, obj.dtype),), wrt)
+        leaves = [t for t in hist.leaves if t.requires_grad and id(t) not in hist.cuts]
+        if (obj._data is None and hist.taped and not (hist.cuts or hist.extras or hist.stale
+                                                      or is_anomaly_enabled())):
+            targets = tuple(dict.fromkeys(("in", hist.leaf_pos[id(t)]) for t in leaves))
+            plan = build_joint_plan(hist, ((obj.shape, obj.dtype),), targets)
+            title = "joint graph (the deferred forward and the backward, optimised)"
+        else:
+            plan = build_plan(hist, ((obj.shape, obj.dtype),), [hist.addr(t) for t in leaves])
+            title = "backward graph"
         compiled, source = str(plan.bwd_graph), plan.exe.source
-        title = "backward graph"
     else:
         fn = obj if isinstance(obj, _Transformed) else grad(obj, argnums=argnums)
         traced, opt, source = fn.graphs(*[np.asarray(a) if not np.isscalar(a) else a for a in args])

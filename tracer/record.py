@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from gradjit.tracer.gradfn import FREED as _FREED
 from gradjit.tracer.ir import Graph
-from gradjit.tracer.tape import fn_key as _fn_key, ref_of, take
+from gradjit.tracer.tape import fn_key as _fn_key, peek, ref_of, take
 from gradjit.tracer.tensor import Tensor
 
 
@@ -38,8 +38,16 @@ class History:
         history (tracer/tape.py), so the usual backward does not walk the graph. Takes the
         tape: call it once per backward."""
         taken = take(roots)
-        if taken is None:
-            return cls(roots)
+        return cls(roots) if taken is None else cls._from_tape(roots, taken)
+
+    @classmethod
+    def peek(cls, roots):
+        """``of(roots)`` without taking the tape (what a backward() now would get)."""
+        taken = peek(roots)
+        return cls(roots) if taken is None else cls._from_tape(roots, taken)
+
+    @classmethod
+    def _from_tape(cls, roots, taken):
         self = cls.__new__(cls)
         self.taped = True
         self.cuts, self.order, self.leaves = {}, taken.fns, taken.leaves

@@ -428,20 +428,33 @@ def flush():
 def take(roots):
     tape = current()
     _local.tape = Tape()
+    return _taken(tape, roots)
+
+
+def peek(roots):
+    """What ``take(roots)`` would return, leaving the tape in place (``gj.explain`` shows
+    the plan a backward() would run without changing which one it runs)."""
+    return _taken(current(), roots, flush=False)
+
+
+def _taken(tape, roots, flush=True):
     if tape.exp is not None:
         RESUME[0](tape)
     if tape.open != 1 and not tape.broken:
         tape.trim()   # dead side computations (an evaluation forward) leave entries open
     if tape.broken or tape.open != 1 or len(roots) != 1:
-        tape.flush()   # entries the new tape does not know: none may stay pending
+        if flush:
+            tape.flush()   # entries the new tape does not know: none may stay pending
         return None
     fn = roots[0].grad_fn
     if fn is None or fn._tgen != tape.gen or fn._tpos != len(tape.fns) - 1:
-        tape.flush()
+        if flush:
+            tape.flush()
         return None
     fns = [r() for r in tape.fns]
     leaves = [r() for r in tape.leaves]
     if any(f is None for f in fns) or any(t is None for t in leaves):
-        tape.flush()
+        if flush:
+            tape.flush()
         return None   # cannot happen when the entries are all reachable; stay safe
     return Taken(fns, leaves, tape.parts, tape.first)
