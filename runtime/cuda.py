@@ -54,13 +54,27 @@ def available():
             _REASON = ("the CUDA target needs the 'numba-cuda' package, which is not installed "
                        "(pip install 'gradjit[cuda]')")
         else:
-            if not cuda.is_available():
-                _REASON = ("numba-cuda found no usable CUDA GPU or driver (numba.cuda.is_available() "
-                           "is False); to run CUDA code without a GPU set NUMBA_ENABLE_CUDASIM=1 "
-                           "before numba is imported (the simulator)")
-            else:
-                _REASON = _load_target()
+            _REASON = _probe(cuda)
     return _REASON == "", _REASON
+
+
+def _probe(cuda):
+    """'' when ``cuda`` (numba.cuda) can run kernels here, else why not, in words; a CUDA
+    library that fails to load (libcudart, NVVM ...) is a reason, not a raw error."""
+    hint = ("install a CUDA toolkit or NVIDIA's runtime wheel (pip install nvidia-cuda-runtime), "
+            "or, without a GPU, set NUMBA_ENABLE_CUDASIM=1 before numba is imported (the simulator)")
+    try:
+        usable = cuda.is_available()
+    except Exception as e:   # noqa: BLE001 - e.g. DynamicLibNotFoundError: libcudart.so
+        return f"numba-cuda could not load the CUDA libraries ({type(e).__name__}: {e}); {hint}"
+    if not usable:
+        return ("numba-cuda found no usable CUDA GPU or driver (numba.cuda.is_available() is "
+                "False); to run CUDA code without a GPU set NUMBA_ENABLE_CUDASIM=1 before numba "
+                "is imported (the simulator)")
+    try:
+        return _load_target()
+    except Exception as e:   # noqa: BLE001 - as above
+        return f"numba-cuda could not load its CUDA target ({type(e).__name__}: {e}); {hint}"
 
 
 def _load_target():

@@ -71,3 +71,22 @@ def test_generated_cuda_source_is_readable_without_numba_cuda():
     assert "stride = cuda.gridsize(1)" in src and "cuda.shared.array(256" in src
     assert "math.tanh(" in src and "  # %" in src              # libm on the GPU; IR comments
     assert "2.0" not in src.split("def entry")[0].replace("numba.float64", "")  # consts are args
+
+
+def test_a_cuda_library_that_does_not_load_is_a_reason_not_a_raw_error():
+    from gradjit.runtime import cuda as gcuda
+
+    class Missing:
+        @staticmethod
+        def is_available():
+            raise OSError("libcudart.so: cannot open shared object file")   # (as numba-cuda's)
+
+    why = gcuda._probe(Missing)
+    assert "could not load the CUDA libraries" in why and "libcudart.so" in why
+    assert "NUMBA_ENABLE_CUDASIM=1" in why
+
+    class NoGPU:
+        @staticmethod
+        def is_available():
+            return False
+    assert "no usable CUDA GPU" in gcuda._probe(NoGPU)
