@@ -139,11 +139,26 @@ def _make_key(d, path):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(os.urandom(32))
-        os.link(tmp, path)   # (fails where another process made it first: theirs stands)
+        _place(tmp, path)   # (fails where another process made it first: theirs stands)
     except FileExistsError:
         pass
     finally:
-        os.unlink(tmp)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _place(tmp, path):
+    """Give the complete file ``tmp`` the name ``path`` unless ``path`` exists
+    (FileExistsError): a hard link, or, on a file system without them, a rename after a
+    check (a race there leaves one of two identical writes)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        if os.path.lexists(path):
+            raise FileExistsError(path) from None
+        os.replace(tmp, path)
 
 
 class Store:
@@ -196,7 +211,7 @@ class Store:
                 if replace:
                     os.replace(tmp, path)
                 else:
-                    os.link(tmp, path)
+                    _place(tmp, path)
             except FileExistsError:
                 pass
             finally:

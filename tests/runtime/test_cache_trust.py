@@ -146,3 +146,17 @@ def test_the_same_structure_is_compiled_once_across_processes(tmp_path):
     stats = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     assert sum(s["stats"]["compiles"] for s in stats) == 2   # each structure once in all
     assert all(s["g"] == stats[0]["g"] for s in stats)
+
+
+def test_a_file_system_without_hard_links_still_works(tmp_path, fresh, monkeypatch):
+    import errno
+
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(os, "link", no_link)
+    store = cache_store.open_dir(str(tmp_path / "cache"))
+    assert store is not None and len((tmp_path / "cache" / "key").read_bytes()) == 32
+    assert store.write(store.path("plans", "a.json"), b"x")
+    assert store.read(store.path("plans", "a.json")) == b"x"
+    store.put_module(store.path("gj_x.py"), "A = 1\n")
+    assert (tmp_path / "cache" / "gj_x.py").read_text() == "A = 1\n"
