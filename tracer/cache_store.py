@@ -38,6 +38,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import weakref
 
 LOG = logging.getLogger("gradjit.cache")
 MAGIC = b"gjv1"
@@ -45,7 +46,8 @@ _HEAD = len(MAGIC) + 32
 _STORES = {}    # (dir, read-only flag) -> Store or None
 _WARNED = set()
 _GUARD = threading.Lock()
-_THREAD_LOCKS = {}   # entry name -> threading.RLock (flock does not serialise one fd's threads)
+_THREAD_LOCKS = weakref.WeakValueDictionary()   # entry name -> its threading.RLock while held
+# (flock does not serialise one process's threads)
 
 
 def configured_dir():
@@ -277,7 +279,10 @@ class Store:
 def thread_lock(name):
     """The lock this process's threads take for entry ``name`` (part of ``entry_lock``)."""
     with _GUARD:
-        return _THREAD_LOCKS.setdefault(name, threading.RLock())
+        lock = _THREAD_LOCKS.get(name)
+        if lock is None:
+            lock = _THREAD_LOCKS[name] = threading.RLock()
+        return lock
 
 
 @contextlib.contextmanager
