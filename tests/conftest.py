@@ -73,3 +73,18 @@ def fast():
 def pytest_sessionfinish(session, exitstatus):
     if _MADE is not None and os.environ.get("GRADJIT_CACHE_DIR") == _MADE:
         shutil.rmtree(_MADE, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for the tests skipped because an optional oracle or extra is missing (torch,
+    jax, numba-cuda, dask ...), so such skips are never silent."""
+    missing = {}
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = str(rep.longrepr[-1]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if "could not import" in reason:
+            name = reason.split("could not import", 1)[1].strip().split()[0].strip("'\":")
+            missing[name] = missing.get(name, 0) + 1
+    if missing:
+        parts = ", ".join(f"{n} ({k} skips)" for n, k in sorted(missing.items()))
+        terminalreporter.write_line(f"optional test oracles or extras not installed (tests or "
+                                    f"modules skipped): {parts}")
