@@ -17,27 +17,26 @@ def _ran(src):
     return any(getattr(p.exe, "source", "").rstrip("\n") == src for p in engine._PLANS.values())
 
 
-def test_a_tensor_explains_the_plan_its_backward_runs():
-    x = np.linspace(-1, 1, 7)
+def _explain_then_backward(n, loss, want, title):
+    x = np.linspace(-1, 1, n)
     t = gj.tensor(x, requires_grad=True)
-    y = (t.sin() * t * 1.25).sum()
+    y = loss(t)
     text = gj.explain(y, file=io.StringIO())
-    assert "== joint graph" in text
+    assert title in text
     y.backward()
-    np.testing.assert_allclose(t.grad.data, 1.25 * (np.cos(x) * x + np.sin(x)), rtol=1e-13)
+    np.testing.assert_allclose(t.grad.data, want(x), rtol=1e-13)
     assert _ran(_source(text))
+
+
+def test_a_tensor_explains_the_plan_its_backward_runs():
+    _explain_then_backward(7, lambda t: (t.sin() * t * 1.25).sum(),
+                           lambda x: 1.25 * (np.cos(x) * x + np.sin(x)), "== joint graph")
 
 
 def test_without_the_deferred_forward_the_backward_graph_is_explained():
     old = gj.set_deferred(False)
     try:
-        x = np.linspace(-1, 1, 6)
-        t = gj.tensor(x, requires_grad=True)
-        y = (t.exp() * t * 0.75).sum()
-        text = gj.explain(y, file=io.StringIO())
-        assert "== backward graph ==" in text
-        y.backward()
-        np.testing.assert_allclose(t.grad.data, 0.75 * np.exp(x) * (x + 1), rtol=1e-13)
-        assert _ran(_source(text))
+        _explain_then_backward(6, lambda t: (t.exp() * t * 0.75).sum(),
+                               lambda x: 0.75 * np.exp(x) * (x + 1), "== backward graph ==")
     finally:
         gj.set_deferred(old)
