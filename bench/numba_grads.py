@@ -135,6 +135,74 @@ def _w5_numba(w, X, y):
     return X.T @ r * (2.0 / X.shape[0]) + 2e-3 * w
 
 
+@njit(cache=True)
+def _w6_numba(Wq, Wk, Wv, X):
+    n = X.shape[0]
+    ic = np.float32(1.0 / Wq.shape[1] ** 0.5)
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    P = (Q * ic) @ K.T
+    for i in range(n):                       # row softmax, in place
+        mx = P[i, 0]
+        for j in range(n):
+            mx = max(mx, P[i, j])
+        s = np.float32(0.0)
+        for j in range(n):
+            e = np.exp(P[i, j] - mx)         # np.exp: stays float32 (math.exp: float64)
+            P[i, j] = e
+            s += e
+        inv = np.float32(1.0) / s
+        for j in range(n):
+            P[i, j] *= inv
+    dO = P @ V
+    dO *= np.float32(2.0)
+    dS = dO @ V.T                            # dP, then the softmax backward in place
+    for i in range(n):
+        s = np.float32(0.0)
+        for j in range(n):
+            s += dS[i, j] * P[i, j]
+        for j in range(n):
+            dS[i, j] = P[i, j] * (dS[i, j] - s) * ic
+    return X.T @ (dS @ K), X.T @ (dS.T @ Q), X.T @ (P.T @ dO)
+
+
+@njit(cache=True)
+def _w7_numba(x, eye, mask):
+    # every ordered pair (the mask need not be symmetric), the force added to both ends
+    n, D = x.shape
+    dx = np.zeros_like(x)
+    for i in range(n):
+        for j in range(n):
+            r2 = eye[i, j]
+            for k in range(D):
+                t = x[i, k] - x[j, k]
+                r2 += t * t
+            inv2 = 1.0 / r2
+            inv6 = inv2 * inv2 * inv2
+            g = mask[i, j] * inv6 * (12.0 - 24.0 * inv6) * inv2
+            for k in range(D):
+                f = g * (x[i, k] - x[j, k])
+                dx[i, k] += f
+                dx[j, k] -= f
+    return dx
+
+
+@njit(cache=True)
+def _w8_numba(U, V, i, j, r):
+    dU, dV = 2e-3 * U, 2e-3 * V
+    K = U.shape[1]
+    scale = 2.0 / r.shape[0]
+    for p in range(r.shape[0]):              # one pass: gather, residual, scatter-add
+        a, b = i[p], j[p]
+        s = 0.0
+        for k in range(K):
+            s += U[a, k] * V[b, k]
+        g = (s - r[p]) * scale
+        for k in range(K):
+            dU[a, k] += g * V[b, k]
+            dV[b, k] += g * U[a, k]
+    return dU, dV
+
+
 def numba_grad(name):
     """args -> tuple of gradients; W4 takes the sequence stacked as one (T, B, 8) array."""
     if name == "W1":
@@ -145,4 +213,12 @@ def numba_grad(name):
         return _w3_numba
     if name == "W4":
         return lambda Wx, Wh, b, h0, xs: _w4_numba(Wx, Wh, b, h0, xs)
-    return lambda w, X, y: (_w5_numba(w, X, y),)
+    if name == "W5":
+        return lambda w, X, y: (_w5_numba(w, X, y),)
+    if name == "W6":
+        return _w6_numba
+    if name == "W7":
+        return lambda x, eye, mask: (_w7_numba(x, eye, mask),)
+    if name == "W8":
+        return _w8_numba
+    raise KeyError(name)

@@ -7,7 +7,10 @@ Contract
 - Workloads (bench/workloads.py): W1 tiny elementwise (100 float64, per-call overhead),
   W2 a 20-op elementwise chain on 1e7 float64 (1e6 with --quick), W3 MLP 784-512-512-10
   tanh, batch 256, softmax cross-entropy, float32, W4 tanh RNN hidden 32, input 8,
-  batch 1, 100 steps as a Python loop, W5 least squares, X 10000x100.
+  batch 1, 100 steps as a Python loop, W5 least squares, X 10000x100, W6 single-head
+  self-attention, X 512x64, float32, W7 Lennard-Jones energy of 256 particles (all pairs
+  by broadcasting), W8 matrix factorisation with integer-array indexing (gather /
+  scatter-add), U 1000x32, V 800x32, 20000 pairs.
 - Engines: ``numpy`` (hand-written gradient: the reference), ``numba`` (hand-written
   ``@njit`` gradient: the practical limit), ``gradjit-jit`` (``gj.grad``),
   ``gradjit-tensor`` (eager forward + compiled ``.backward()``), and when importable
@@ -43,9 +46,12 @@ Contract
   JSON (--json, default bench/results/bench[-quick].json), a PNG bar chart (--png,
   default bench/results/bench[-quick].png) when matplotlib is importable (optional
   extra ``bench``).
-- All engines share the timing process, so OMP_WAIT_POLICY defaults to PASSIVE (set before
-  any engine loads): otherwise the OpenMP pools of Numba and torch spin after each
-  parallel region and steal cores from whichever engine runs next. Set it to override.
+- The user's default environment: nothing here sets OMP_*, OPENBLAS_*, MKL_* or NUMBA_*
+  (each engine sizes its own threads, as it does for a user); the environment variables
+  that steer threads are recorded in the JSON (``env``). --threads N caps them all.
+- --busy: after the quiet timing of a workload, the same engines are timed again while
+  another process spins on one core (as when a machine is shared), and a second table
+  gives each engine's busy median over its quiet median.
 - Ratios only mean something within one run, on one machine: nothing here is a pass/fail
   threshold on time.
 """
@@ -63,14 +69,6 @@ import time
 from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before any OpenMP runtime starts
-# The same for OpenBLAS's own threads (NumPy and SciPy/Numba each bundle one OpenBLAS, with
-# its own pool): 2**20 cycles (about 0.3 ms) of spinning, then sleep, so one engine's idle BLAS
-# workers do not steal the cores of the next engine's BLAS calls (OpenBLAS's default, about
-# 0.1 s: W5's medians 2-5x apart), yet stay awake across the short gaps between the BLAS
-# calls of one gradient (at 2**4 they slept in every gap: W3 and W5 medians of NumPy, Numba
-# and gradjit 5-30% slower, JAX and torch the same; see bench/README.md).
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 if "--threads" in sys.argv[:-1]:                     # before NumPy, Numba, BLAS, torch load
     _n = sys.argv[sys.argv.index("--threads") + 1]
     for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -93,7 +91,8 @@ IMPORTS = {"numpy": "numpy", "numba": "numba", "gradjit-jit": "gradjit",
 # per workload: (time budget per engine in s, min reps, max reps), quick / full
 BUDGET = {"W1": ((0.5, 50, 20000), (2.0, 50, 20000)), "W2": ((2.0, 5, 30), (10.0, 5, 30)),
           "W3": ((1.5, 10, 2000), (4.0, 10, 2000)), "W4": ((1.0, 20, 20000), (3.0, 20, 20000)),
-          "W5": ((1.0, 20, 20000), (3.0, 20, 20000))}
+          "W5": ((1.0, 20, 20000), (3.0, 20, 20000)), "W6": ((1.5, 10, 2000), (4.0, 10, 2000)),
+          "W7": ((1.0, 10, 5000), (3.0, 10, 5000)), "W8": ((1.0, 10, 5000), (3.0, 10, 5000))}
 
 
 # -- engines: make(name) -> Engine, or None when not importable ---------------------------------
@@ -123,7 +122,8 @@ def engine_numba(name):
 
 def _gj_namespace():
     return SimpleNamespace(sin=np.sin, exp=np.exp, log=np.log, tanh=np.tanh, sqrt=np.sqrt,
-                           sigmoid=lambda u: u.sigmoid(), log_softmax=lambda z: z.log_softmax(1))
+                           sigmoid=lambda u: u.sigmoid(), log_softmax=lambda z: z.log_softmax(1),
+                           softmax=lambda z: z.softmax(1))
 
 
 def engine_gradjit_jit(name):
@@ -175,7 +175,8 @@ def engine_torch(name):
         return None
     m = SimpleNamespace(sin=torch.sin, exp=torch.exp, log=torch.log, tanh=torch.tanh,
                         sqrt=torch.sqrt, sigmoid=torch.sigmoid,
-                        log_softmax=lambda z: torch.log_softmax(z, 1))
+                        log_softmax=lambda z: torch.log_softmax(z, 1),
+                        softmax=lambda z: torch.softmax(z, 1))
     return _tensor_engine(name, lambda r: tuple(g.numpy() for g in r), torch.from_numpy, m)
 
 
@@ -188,7 +189,8 @@ def engine_jax(name):
         return None
     s = W.SPEC[name]
     m = SimpleNamespace(sin=jnp.sin, exp=jnp.exp, log=jnp.log, tanh=jnp.tanh, sqrt=jnp.sqrt,
-                        sigmoid=jax.nn.sigmoid, log_softmax=lambda z: jax.nn.log_softmax(z, 1))
+                        sigmoid=jax.nn.sigmoid, log_softmax=lambda z: jax.nn.log_softmax(z, 1),
+                        softmax=lambda z: jax.nn.softmax(z, 1))
     f = jax.jit(jax.grad(lambda *a: s["f"](m, *a), argnums=s["wrt"]))
     return Engine(prepare=lambda a: [jax.device_put(x) for x in a],
                   call=lambda *a: jax.block_until_ready(f(*a)), to_numpy=_ident)
@@ -205,8 +207,13 @@ def engine_autograd(name):
     def log_softmax(z):
         t = z - anp.max(z, 1, keepdims=True)
         return t - anp.log(anp.sum(anp.exp(t), 1, keepdims=True))
+
+    def softmax(z):
+        e = anp.exp(z - anp.max(z, 1, keepdims=True))
+        return e / anp.sum(e, 1, keepdims=True)
     m = SimpleNamespace(sin=anp.sin, exp=anp.exp, log=anp.log, tanh=anp.tanh, sqrt=anp.sqrt,
-                        sigmoid=lambda u: 1 / (1 + anp.exp(-u)), log_softmax=log_softmax)
+                        sigmoid=lambda u: 1 / (1 + anp.exp(-u)), log_softmax=log_softmax,
+                        softmax=softmax)
     g = autograd.grad(lambda *a: s["f"](m, *a), argnum=s["wrt"])
     return Engine(prepare=list, call=g, to_numpy=_ident)
 
@@ -355,7 +362,14 @@ def timed(fns, budget, min_reps, max_reps):
     return {k: np.array(v) for k, v in times.items()}
 
 
-def bench_workload(name, engines, quick, fresh, progress):
+def spinner():
+    """Another process keeping one core busy (a pure-Python loop), until killed."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.5)                            # (started, and seen by the schedulers)
+    return p
+
+
+def bench_workload(name, engines, quick, fresh, progress, busy=False):
     args = W.make_inputs(name, quick=quick)
     ref = W.SPEC[name]["ref"](*args)
     budget, min_reps, max_reps = BUDGET[name][0 if quick else 1]
@@ -393,6 +407,14 @@ def bench_workload(name, engines, quick, fresh, progress):
         row["status"] = "ok"
         fns[eng] = fn
     measured = timed(fns, budget, min_reps, max_reps)
+    loaded = {}
+    if busy and fns:
+        spin = spinner()
+        try:
+            loaded = timed(fns, budget, min_reps, max_reps)
+        finally:
+            spin.kill()
+            spin.wait()
     for row in rows:
         t = measured.get(row["engine"])
         if t is None:
@@ -400,6 +422,12 @@ def bench_workload(name, engines, quick, fresh, progress):
         row.update(reps=len(t), median_us=float(np.median(t) * 1e6),
                    min_us=float(t.min() * 1e6), max_us=float(t.max() * 1e6))
         progress(f"{name} {row['engine']}: median {row['median_us']:.1f} µs ({len(t)} reps)")
+        if row["engine"] in loaded:
+            b = loaded[row["engine"]]
+            row.update(busy_median_us=float(np.median(b) * 1e6), busy_reps=len(b))
+            row["busy_over_quiet"] = row["busy_median_us"] / row["median_us"]
+            progress(f"{name} {row['engine']}: one core busy: median {row['busy_median_us']:.1f}"
+                     f" µs ({row['busy_over_quiet']:.2f}x quiet)")
     base = next((r["median_us"] for r in rows if r["engine"] == "gradjit-jit" and "median_us" in r),
                 None)
     for r in rows:
@@ -430,6 +458,16 @@ def time_table(rows, quick):
         ratio = "" if ratio is None else f"{ratio:.2f}"
         lines.append(f"| {wl} | {r['engine']} | {_us(r['median_us'])} | {_us(r['min_us'])}–"
                      f"{_us(r['max_us'])} | {r['reps']} | {ratio} |")
+    return "\n".join(lines)
+
+
+def busy_table(rows, quick):
+    lines = ["| workload | engine | quiet median µs | one core busy: median µs | busy / quiet |",
+             "|---|---|---:|---:|---:|"]
+    for r in rows:
+        if "busy_median_us" in r:
+            lines.append(f"| {_label(r['workload'], quick)} | {r['engine']} | {_us(r['median_us'])}"
+                         f" | {_us(r['busy_median_us'])} | {r['busy_over_quiet']:.2f} |")
     return "\n".join(lines)
 
 
@@ -500,6 +538,8 @@ def main(argv=None):
                    "after S seconds (default 300, --quick 20)")
     p.add_argument("--threads", type=int, metavar="N", help="cap every engine's threads "
                    "(OMP, OpenBLAS, MKL, Numba; XLA single-threaded when N=1); default: all cores")
+    p.add_argument("--busy", action="store_true", help="also time every workload while "
+                   "another process keeps one core busy, and report busy / quiet medians")
     p.add_argument("--child", nargs=2, metavar=("ENGINE", "WORKLOAD"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -518,8 +558,7 @@ def main(argv=None):
     progress("hand-written gradients agree with finite differences")
     results = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
                "python": platform.python_version(), "numpy": np.__version__, "quick": a.quick,
-               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-               "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"), "compile_cap_s": cap,
+               "env": _thread_env(), "busy": a.busy, "compile_cap_s": cap,
                "threads": a.threads or os.cpu_count(), "gradjit_path": _gradjit_path(),
                "versions": _versions(engines), "load_avg_start": _load()}
     with tempfile.TemporaryDirectory(prefix="gradjit-bench-") as root:
@@ -527,20 +566,22 @@ def main(argv=None):
         fresh = {(r["workload"], r["engine"]): r for r in fresh_rows}
         rows = []
         for wl in a.workloads:
-            rows += bench_workload(wl, engines, a.quick, fresh, progress)
+            rows += bench_workload(wl, engines, a.quick, fresh, progress, a.busy)
     for r in fresh_rows:
         r.pop("cache", None)
     results.update(rows=rows, fresh=fresh_rows, load_avg_end=_load())
     v = results["versions"]
     print(f"\n## gradjit benchmark ({'quick' if a.quick else 'full'}): {results['machine']}, "
           f"Python {results['python']}, " + ", ".join(f"{k} {x}" for k, x in v.items())
-          + f", OMP_WAIT_POLICY={results['omp_wait_policy']}, OPENBLAS_THREAD_TIMEOUT="
-          + f"{results['openblas_thread_timeout']}, threads {results['threads']}; "
+          + f"; thread environment: {_fmt_env(results['env'])}; threads {results['threads']}; "
           f"gradjit from {results['gradjit_path']}; 1-min load average "
           f"{results['load_avg_start']} at the start, {results['load_avg_end']} at the end "
           "(other processes' load slows multi-threaded BLAS most)\n")
     print("### Time per gradient call (one process, engines interleaved)\n")
     print(time_table(rows, a.quick))
+    if a.busy:
+        print("\n### One core kept busy by another process (a spinning Python loop)\n")
+        print(busy_table(rows, a.quick))
     print("\n### Fresh processes: first gradient after import (cold: empty caches; warm: "
           "second process on the caches), and peak extra resident memory of one gradient call "
           "(VmHWM after clear_refs, MALLOC_MMAP_THRESHOLD_=128K)\n")
@@ -564,6 +605,19 @@ def main(argv=None):
             json.dump(results, f, indent=2)
         print(f"numbers: {path}")
     return 1 if failed else 0
+
+
+THREAD_ENV = ("OMP_", "OPENBLAS_", "MKL_", "NUMBA_", "GRADJIT_", "XLA_FLAGS", "GOMP_")
+
+
+def _thread_env():
+    """The environment variables that steer the engines' threads, as this run had them."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(THREAD_ENV)
+            and k not in ("GRADJIT_CACHE_DIR", "NUMBA_CACHE_DIR")}
+
+
+def _fmt_env(env):
+    return ", ".join(f"{k}={v}" for k, v in env.items()) or "default (none set)"
 
 
 def _gradjit_path():

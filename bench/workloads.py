@@ -15,6 +15,13 @@ practical limit for compiled CPU code (imported only by the engine that uses the
       written as a Python loop over 100 separate (1, 8) arguments, loss sum(h_T**2),
       d/d(Wx, Wh, b).
   W5  least squares mean((X@w - y)**2) + 1e-3*sum(w**2), X 10000x100 float64, d/dw.
+  W6  single-head self-attention: Q, K, V = X@Wq, X@Wk, X@Wv, P = row softmax(Q@K.T/8),
+      loss sum((P@V)**2), X 512x64, weights 64x64, float32, d/d(Wq, Wk, Wv).
+  W7  Lennard-Jones energy of 256 particles in 3-D, all pairs by broadcasting (256x256x3
+      differences), eye and off-diagonal mask passed in, float64, d/dx.
+  W8  matrix factorisation: pred = (U[i] * V[j]).sum(1) over 20000 observed (i, j) pairs
+      (integer index arrays: gather, and scatter-add in the gradient), mean squared error
+      + 1e-3 * L2, U 1000x32, V 800x32, float64, d/d(U, V).
 """
 from __future__ import annotations
 
@@ -57,13 +64,39 @@ def w5(m, w, X, y):
     return (r * r).mean() + 1e-3 * (w * w).sum()
 
 
+def w6(m, Wq, Wk, Wv, X):
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    P = m.softmax(Q @ K.T / Q.shape[1] ** 0.5)   # row softmax, the row max subtracted
+    O = P @ V
+    return (O * O).sum()
+
+
+def w7(m, x, eye, mask):
+    d = x[:, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + eye           # eye: no 1/0 on the diagonal (masked out below)
+    inv6 = 1 / r2 ** 3
+    return (4 * (inv6 ** 2 - inv6) * mask).sum() / 2
+
+
+def w8(m, U, V, i, j, r):
+    pred = (U[i] * V[j]).sum(1)
+    e = pred - r
+    return (e * e).mean() + 1e-3 * ((U * U).sum() + (V * V).sum())
+
+
+def _np_softmax(z):
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
 def _np_log_softmax(z):
     s = z - z.max(1, keepdims=True)
     return s - np.log(np.exp(s).sum(1, keepdims=True))
 
 
 NP = SimpleNamespace(sin=np.sin, exp=np.exp, log=np.log, tanh=np.tanh, sqrt=np.sqrt,
-                     sigmoid=lambda u: 1 / (1 + np.exp(-u)), log_softmax=_np_log_softmax)
+                     sigmoid=lambda u: 1 / (1 + np.exp(-u)), log_softmax=_np_log_softmax,
+                     softmax=_np_softmax)
 
 
 # -- hand-written NumPy gradients (the reference) ----------------------------------------------
@@ -126,8 +159,40 @@ def w5_grad_numpy(w, X, y):
     return (X.T @ r * (2.0 / X.shape[0]) + 2e-3 * w,)
 
 
+def w6_grad_numpy(Wq, Wk, Wv, X):
+    c = Wq.shape[1] ** 0.5
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    P = _np_softmax(Q @ K.T / c)
+    dO = 2 * (P @ V)
+    dP = dO @ V.T
+    dS = P * (dP - (dP * P).sum(1, keepdims=True)) / c     # softmax backward, then the scale
+    return X.T @ (dS @ K), X.T @ (dS.T @ Q), X.T @ (P.T @ dO)
+
+
+def w7_grad_numpy(x, eye, mask):
+    d = x[:, None, :] - x[None, :, :]
+    r2 = (d * d).sum(-1) + eye
+    inv2 = 1 / r2
+    inv6 = inv2 ** 3
+    G = mask * (inv6 * (12 - 24 * inv6)) * inv2    # 2 dE/dr2[i, j] (the /2 of E included)
+    A = G[:, :, None] * d                           # dE/dd[i, j]: dr2/dd = 2 d
+    return (A.sum(1) - A.sum(0),)                   # d[i, j] = x[i] - x[j]
+
+
+def w8_grad_numpy(U, V, i, j, r):
+    Ui, Vj = U[i], V[j]
+    g = ((Ui * Vj).sum(1) - r) * (2.0 / r.shape[0])
+    dU, dV = 2e-3 * U, 2e-3 * V
+    np.add.at(dU, i, g[:, None] * Vj)              # scatter-add: repeated indices accumulate
+    np.add.at(dV, j, g[:, None] * Ui)
+    return dU, dV
+
+
 # -- specs: inputs, which arguments are differentiated, tolerances ------------------------------
 RNN_STEPS, RNN_IN, RNN_HIDDEN, RNN_BATCH = 100, 8, 32, 1
+ATT_N, ATT_D = 512, 64
+LJ_GRID = (8, 8, 4)                                  # 256 particles
+MF_USERS, MF_ITEMS, MF_RANK, MF_PAIRS = 1000, 800, 32, 20000
 
 
 def make_inputs(name, quick=False, tiny=False, dtype=None):
@@ -153,9 +218,27 @@ def make_inputs(name, quick=False, tiny=False, dtype=None):
         return ([rng.standard_normal((i, h)) / np.sqrt(i), rng.standard_normal((h, h)) / np.sqrt(h),
                  0.1 * rng.standard_normal(h), np.zeros((B, h))]
                 + [rng.standard_normal((B, i)) for _ in range(T)])
-    n, d = (9, 4) if tiny else (10000, 100)
-    X = rng.standard_normal((n, d))
-    return [rng.standard_normal(d), X, X @ rng.standard_normal(d) + 0.1 * rng.standard_normal(n)]
+    if name == "W5":
+        n, d = (9, 4) if tiny else (10000, 100)
+        X = rng.standard_normal((n, d))
+        return [rng.standard_normal(d), X, X @ rng.standard_normal(d) + 0.1 * rng.standard_normal(n)]
+    if name == "W6":
+        (n, d), dt = ((6, 4) if tiny else (ATT_N, ATT_D)), dtype or np.float32
+        return [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(dt) for _ in range(3)] \
+            + [rng.standard_normal((n, d)).astype(dt)]
+    if name == "W7":                     # a jittered grid, spacing 1.1: pairs >= 0.75 apart
+        g = (2, 2, 2) if tiny else LJ_GRID
+        x = 1.1 * np.stack(np.meshgrid(*map(np.arange, g), indexing="ij"), -1).reshape(-1, 3)
+        x = x + rng.uniform(-0.1, 0.1, x.shape)
+        n = x.shape[0]
+        return [x, np.eye(n), 1 - np.eye(n)]
+    if name == "W8":
+        nu, nv, k, n = (6, 5, 3, 15) if tiny else (MF_USERS, MF_ITEMS, MF_RANK, MF_PAIRS)
+        i, j = rng.integers(0, nu, n), rng.integers(0, nv, n)       # int64 indices
+        U, V = 0.3 * rng.standard_normal((nu, k)), 0.3 * rng.standard_normal((nv, k))
+        r = rng.integers(1, 6, n).astype(np.float64)                 # ratings 1..5
+        return [U, V, i, j, r]
+    raise KeyError(name)
 
 
 SPEC = {   # argnums of the gradient, reference gradient, size label
@@ -165,6 +248,12 @@ SPEC = {   # argnums of the gradient, reference gradient, size label
                dtype="float32"),
     "W4": dict(f=w4, wrt=(0, 1, 2), ref=w4_grad_numpy, size="T=100, H=32, B=1", dtype="float64"),
     "W5": dict(f=w5, wrt=(0,), ref=w5_grad_numpy, size="X 10000x100", dtype="float64"),
+    "W6": dict(f=w6, wrt=(0, 1, 2), ref=w6_grad_numpy, size="attention, X 512x64",
+               dtype="float32"),
+    "W7": dict(f=w7, wrt=(0,), ref=w7_grad_numpy, size="Lennard-Jones, 256 particles",
+               dtype="float64"),
+    "W8": dict(f=w8, wrt=(0, 1), ref=w8_grad_numpy, size="U 1000x32, V 800x32, 20000 pairs",
+               dtype="float64"),
 }
 
 

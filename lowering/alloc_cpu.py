@@ -16,7 +16,9 @@ Contract
   loops store the operand of their full-sum reductions block by block and
   call it per block, because a running scalar sum inside the loop is a chain
   LLVM may not reorder (no fast-math), which keeps the whole loop,
-  transcendentals included, from vectorising.
+  transcendentals included, from vectorising. ``extreme(a, n, top)``: the max
+  (``top``) or min of the first ``n`` elements over lanes the same way, NaN if
+  one is NaN, for row reductions stored a row at a time (codegen_cpu.py).
 - ``dtype_arg`` / ``shape_arg`` are the one spelling of dtypes and shapes in
   generated code; ``hoist_shapes`` names each literal shape an entry spells
   more than once, so Numba types and lowers it once.
@@ -110,4 +112,30 @@ def total(a, n):
         s += acc[k]
     for i in range(m, n):
         s += a[i]
+    return s
+
+
+@jit
+def _beats(x, cur, top):
+    """Does x replace cur as the running max (top) or min? NaN wins and stays."""
+    return x != x or (cur == cur and (x > cur if top else x < cur))
+
+
+@jit
+def extreme(a, n, top):
+    """max (top) or min of a[:n], NaN if any element is NaN; -inf / inf when n == 0."""
+    lim = -np.inf if top else np.inf
+    m = n - n % LANES
+    acc = np.full(LANES, lim)
+    for i in range(0, m, LANES):
+        for k in range(LANES):   # independent lanes: a select each, vectorised
+            x = a[i + k]
+            acc[k] = x if _beats(x, acc[k], top) else acc[k]
+    s = lim
+    for k in range(LANES):
+        x = acc[k]
+        s = x if _beats(x, s, top) else s
+    for i in range(m, n):
+        x = a[i]
+        s = x if _beats(x, s, top) else s
     return s

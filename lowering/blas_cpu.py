@@ -10,6 +10,15 @@ Contract
   ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``
   alone or added to ``acc`` (``codegen_cpu_outer.py`` emits them).
   Results are C arrays of the 2-D product's shape.
+- One thread pool: a product of at least ``PAR_MIN`` multiply-adds runs as blocks of
+  the result's rows (or columns, whichever dimension is longer) over Numba's threads
+  (``numba.get_num_threads()`` of the caller), each block one BLAS gemm on the
+  operands' memory (strided views, no copies). BLAS itself must then run on one
+  thread: ``runtime/threads.py`` sets that around every compiled call that multiplies.
+  Why: SciPy's OpenBLAS and Numba's OpenMP pool each keep their idle workers spinning
+  after a call; alternating the two (a BLAS product, then a parallel loop) had each
+  pool's workers wait for cores the other's spinners held: a 512x64 attention gradient
+  took 16 ms on two idle cores, 3.8 ms with one pool (and 5 ms on one thread).
 - Generated modules call these instead of ``np.dot``: Numba then compiles its
   dot implementation once per (dtype, layout) pair on this machine
   (``cache=True``, like the fast-math helpers) instead of inside every
@@ -26,6 +35,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.extending import overload
+
+# Numba's own binding of BLAS gemm (the one its np.dot calls): takes leading dimensions,
+# so a block of a C or F operand is passed in place. Private to Numba, used only here.
+from numba.np.linalg import _BLAS, ensure_blas, get_blas_kind
 
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 # BLAS products: called, not inlined (see the contract)
@@ -50,9 +64,74 @@ def blas_helper(m, k, n):
     return "mm"
 
 
-@called
+# Multiply-adds (m*k*n) from which a product is split over the threads (where OpenBLAS
+# starts using its threads): a parallel launch
+# costs a few microseconds, a single-threaded gemm of 2**18 multiply-adds about 10 us.
+PAR_MIN = 1 << 18
+# The caller's thread count (what numba.get_num_threads() returns), by the symbol Numba's
+# parallel loops read it through: numba.get_num_threads() itself compiles to an address
+# that Numba's disk cache refuses to store.
+_threads = numba.types.ExternalFunction("get_num_threads", numba.types.intp())
+
+
+def gemm_into(out, a, b):
+    """out[...] = a @ b for 2-D views each with one unit stride (compiled code only)."""
+    raise NotImplementedError("gemm_into is called from compiled code only")
+
+
+@overload(gemm_into, jit_options={"error_model": "numpy"})
+def _gemm_into(out, a, b):
+    ensure_blas()
+    fn = _BLAS().numba_xxgemm(a.dtype)
+    kind = ord(get_blas_kind(a.dtype))
+    dt = numba.np.numpy_support.as_dtype(a.dtype)
+
+    def impl(out, a, b):
+        m, k = a.shape
+        n = b.shape[1]
+        if m == 0 or n == 0:
+            return
+        if k == 0:
+            out[:] = 0
+            return
+        one, zero = np.ones(1, dt), np.zeros(1, dt)
+        # Row-major C = A @ B is column-major C^T = B^T @ A^T: BLAS reads each row-major
+        # operand as its transpose, and a column-major one transposed ('t').
+        tb, ldb = _side(b)
+        ta, lda = _side(a)
+        ldc = out.strides[0] // out.itemsize if m > 1 else n
+        fn(kind, tb, ta, n, m, k, one.ctypes, b.ctypes, ldb, a.ctypes, lda,
+           zero.ctypes, out.ctypes, ldc)
+    return impl
+
+
+@numba.njit(cache=True, error_model="numpy", forceinline=True)
+def _side(x):
+    """(BLAS transpose flag, leading dimension) of a row- or column-major view x."""
+    r, c = x.shape
+    s0, s1 = x.strides[0] // x.itemsize, x.strides[1] // x.itemsize
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= c):
+        return ord("n"), (s0 if r > 1 else c)
+    return ord("t"), (s1 if c > 1 else r)
+
+
+@numba.njit(cache=True, error_model="numpy", parallel=True)
 def mm(a, b):
-    return np.dot(a, b)
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), a.dtype)
+    nt = _threads()
+    if nt == 1 or m * k * n < PAR_MIN or max(m, n) < 2 * nt:
+        gemm_into(out, a, b)
+    elif m >= n:
+        for t in numba.prange(nt):
+            lo, hi = t * m // nt, (t + 1) * m // nt
+            gemm_into(out[lo:hi], a[lo:hi], b)
+    else:
+        for t in numba.prange(nt):
+            lo, hi = t * n // nt, (t + 1) * n // nt
+            gemm_into(out[:, lo:hi], a, b[:, lo:hi])
+    return out
 
 
 # Not forceinline, no wrappers: one copy per module however many products call it. W4's

@@ -49,10 +49,11 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
 
+from gradjit.lowering.blas_cpu import PAR_MIN
 from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import blas_probe, memory, numba_cache, plans
+from gradjit.runtime import blas_probe, memory, numba_cache, plans, threads
 from gradjit.tracer import cache_store, gensrc
 from gradjit.tracer.gensrc import cache_dir  # noqa: F401 - (gj.cache_dir)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
@@ -87,7 +88,7 @@ _LOADED = memory.Bounded(_evicted)   # (content hash, signature, name) -> dispat
 
 
 def stats():
-    return dict(STATS, **plans.STATS, **memory.STATS)
+    return dict(STATS, **plans.STATS, **memory.STATS, threads=threads.info())
 
 
 def reset_stats():
@@ -371,21 +372,39 @@ def _compile_graph(graph, batched):
         types = [t for i, t in enumerate(types) if i not in packed] + [
             numba.types.Array(numba.from_dtype(graph.inputs[p[0]].dtype),
                               graph.inputs[p[0]].ndim + 1, "C") for p in gen.packs]
-        return PackedExecutable(load(gen.source, tuple(types) + (consts_t,)), gen.consts, graph,
-                                gen.source, gen.packs)
+        return PackedExecutable(_run_on_threads(load(gen.source, tuple(types) + (consts_t,)),
+                                                graph, gen), gen.consts, graph, gen.source, gen.packs)
     if batched is None:
-        return Executable(load(gen.source, tuple(types) + (consts_t,)), gen.consts, graph,
-                          gen.source)
+        return Executable(_run_on_threads(load(gen.source, tuple(types) + (consts_t,)), graph, gen),
+                          gen.consts, graph, gen.source)
     src = batched_source(graph, gen.source, batched)
     for i in batched:
         v = graph.inputs[i]
         types[i] = numba.types.Array(numba.from_dtype(v.dtype), v.ndim + 1, "C")
-    exe = Executable(load(src, tuple(types) + (consts_t,), "entry_batched"), gen.consts, graph, src)
+    exe = Executable(_run_on_threads(load(src, tuple(types) + (consts_t,), "entry_batched"), graph,
+                                     gen), gen.consts, graph, src)
     exe.scalar_in = tuple(s and i not in batched for i, s in enumerate(exe.scalar_in))
     exe.plain_in = not any(exe.scalar_in)
     exe.out_dtypes = (None,) * len(graph.outputs)
     exe.plain_out = True
     return exe
+
+
+def _large_products(graph):
+    """True when some matrix product of ``graph`` is large enough to run over threads."""
+    for n in graph.nodes:
+        if n.op in ("mm.default", "bmm.default"):
+            a, b = n.inputs[0].shape, n.inputs[1].shape
+            if a[-2] * a[-1] * b[-1] >= PAR_MIN:
+                return True
+    return False
+
+
+def _run_on_threads(fn, graph, gen):
+    """``fn`` itself, or, when it runs parallel loops or large products, ``fn`` sized to
+    the cores free at each call (runtime/threads.py); ``.native`` keeps the dispatcher."""
+    big = _large_products(graph)
+    return threads.threaded(fn, big) if gen.parallel or big else fn
 
 
 class InterpretedBatched(Interpreted):

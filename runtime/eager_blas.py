@@ -29,8 +29,20 @@ def _mm(a, b):
     if (m * k * n >= LARGE and a.dtype == b.dtype and a.dtype.char in "fd"
             and _plain(a) and _plain(b)):
         from gradjit.lowering import blas_cpu as bl
-        return getattr(bl, bl.blas_helper(m, k, n))(a, b)
+        name = bl.blas_helper(m, k, n)
+        if name == "mm" and m * k * n >= bl.PAR_MIN:
+            return _threaded_mm(a, b)
+        return getattr(bl, name)(a, b)
     return np.matmul(a, b)
+
+
+def _threaded_mm(a, b):
+    """A large product over the free cores, one thread pool (runtime/threads.py)."""
+    global _threaded_mm
+    from gradjit.lowering import blas_cpu as bl
+    from gradjit.runtime import threads
+    _threaded_mm = threads.threaded(bl.mm, True)
+    return _threaded_mm(a, b)
 
 
 def _plain(x):

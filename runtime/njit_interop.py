@@ -19,6 +19,11 @@ Contract
   signatures whose arguments are not plain C-contiguous arrays of at least one dimension
   (pytrees, static values, keywords, 0-d), results that are not arrays (``has_aux`` with
   non-array aux), transforms that update state (batch norm under tracing), Jacobians.
+- Threads: from ``@njit`` code no Python runs around the compiled code to size its
+  threads per call (runtime/threads.py). It runs on the caller's Numba thread count, and
+  a transform whose code runs large products sets every BLAS library of the process to
+  one thread for good when it becomes callable (logged once on the ``gradjit`` logger):
+  its products run as blocks over Numba's threads, which BLAS threads would oversubscribe.
 """
 from __future__ import annotations
 
@@ -28,8 +33,16 @@ from numba.core import types
 from numba.core.errors import TypingError
 from numba.extending import overload, typeof_impl
 
+from gradjit.runtime import threads
 from gradjit.runtime.compiler import Executable
 from gradjit.tracer.registry import GradjitError
+
+
+def native(fn):
+    """The Numba dispatcher of an executable's ``fn`` (runtime/threads.py may wrap it)."""
+    if getattr(fn, "blas", False):
+        threads.blas_single_for_good()
+    return getattr(fn, "native", fn)
 
 
 def _name(t):
@@ -115,7 +128,7 @@ def _implement(t, entries, argtypes):
     lines = [f"def impl({params}):"]
     ns = {}
     for k, (shapes, _, exe, consts, outputs) in enumerate(fit):
-        ns[f"e{k}"] = exe.fn
+        ns[f"e{k}"] = native(exe.fn)
         extra = list(consts) + [exe.consts]
         for j, c in enumerate(extra):
             ns[f"c{k}_{j}"] = np.ascontiguousarray(c)
@@ -146,7 +159,7 @@ def c_callable(t, examples):
     sig = types.void(*[types.CPointer(numba.from_dtype(d)) for d in dtypes],
                      *[types.CPointer(numba.from_dtype(v.dtype)) for v in outs])
     extra = list(consts) + [exe.consts]
-    ns = {"e": exe.fn, "carray": numba.carray}
+    ns = {"e": native(exe.fn), "carray": numba.carray}
     ns.update({f"c{j}": np.ascontiguousarray(c) for j, c in enumerate(extra)})
     ins = [f"p{i}" for i in range(len(shapes))]
     lines = [f"def c_entry({', '.join(ins + [f'q{k}' for k in range(len(outs))])}):"]

@@ -85,3 +85,30 @@ def test_quick_run_end_to_end_writes_tables_and_json(tmp_path):
     assert cold["stats"]["compiles"] >= 1 and warm["stats"]["compiles"] == 0
     assert warm["stats"]["disk_hits"] >= 1 and fresh["gradjit-jit"]["warm_ok"] is True
     assert np.isfinite(cold["first_grad_s"]) and "warm" in fresh["numba"]
+
+
+def test_busy_mode_times_again_beside_another_process(run, monkeypatch):
+    started = []
+
+    def fake_spinner():       # (a process that sleeps: the plumbing, not the load)
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        started.append(p)
+        return p
+    monkeypatch.setattr(run, "spinner", fake_spinner)
+    monkeypatch.setitem(run.BUDGET, "W1", ((0.01, 5, 50), (0.01, 5, 50)))
+    rows = run.bench_workload("W1", ["numpy", "numba"], True, {}, lambda s: None, busy=True)
+    assert len(started) == 1 and started[0].poll() is not None     # killed when done
+    for r in rows:
+        assert r["busy_reps"] >= 5 and r["busy_over_quiet"] == r["busy_median_us"] / r["median_us"]
+    table = run.busy_table(rows, True)
+    assert table.startswith("| workload | engine | quiet median µs |") and "| numba |" in table
+
+
+def test_the_run_records_the_thread_environment_and_sets_none(run, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    env = run._thread_env()
+    assert env["OPENBLAS_NUM_THREADS"] == "3" and "OMP_WAIT_POLICY" not in env
+    assert "GRADJIT_CACHE_DIR" not in env
+    assert "OPENBLAS_NUM_THREADS=3" in run._fmt_env(env)
+    assert run._fmt_env({}) == "default (none set)"
