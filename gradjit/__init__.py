@@ -13,6 +13,7 @@ from gradjit.runtime.compiler import cache_dir, reset_stats, stats
 from gradjit.runtime.explain import explain
 from gradjit.runtime.memory import cache_size, clear_cache
 from gradjit.runtime.threads import set_num_threads
+from gradjit.runtime.tiers import set_tiering, wait as wait_compiled
 from gradjit.runtime.jacobians import hessian, jacfwd, jacrev, jvp
 from gradjit.runtime.transforms import grad, jit, value_and_grad
 from gradjit.tracer.deferred import set_deferred
@@ -46,5 +47,5 @@ __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hes
            "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
            "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
            "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
-           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "cache_size", "clear_cache", "set_num_threads", "set_deferred", "GradjitError", "ShapeError", "TracerValueError",
+           "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "cache_size", "clear_cache", "set_num_threads", "set_tiering", "wait_compiled", "set_deferred", "GradjitError", "ShapeError", "TracerValueError",
            "stop_gradient", "r_", "c_", "tree_flatten", "tree_unflatten", "ravel_pytree"]

@@ -28,6 +28,9 @@ Contract
   the reference interpreter.
 - Generated source is itself cached on disk (``runtime/plans.py``), so a warm
   process neither generates nor compiles.
+- Tiering (runtime/tiers.py): a structure whose source is not on disk gets a
+  ``Tiered`` executable (the interpreter until a background thread has compiled it),
+  unless ``gj.set_tiering``/``$GRADJIT_TIERING`` say ``sync`` or ``never``.
 - An index out of bounds raised by compiled code (``IndexBoundsError``) leaves an
   executable's call at the user's line of the op that met it (``locate``).
 """
@@ -88,12 +91,16 @@ _LOADED = memory.Bounded(_evicted)   # (content hash, signature, name) -> dispat
 
 
 def stats():
-    return dict(STATS, **plans.STATS, **memory.STATS, threads=threads.info())
+    from gradjit.runtime import tiers
+    return dict(STATS, **plans.STATS, **memory.STATS, **tiers.STATS, threads=threads.info())
 
 
 def reset_stats():
+    from gradjit.runtime import tiers
     for k in STATS:
         STATS[k] = 0 if k != "compile_seconds" else 0.0
+    for k in tiers.STATS:
+        tiers.STATS[k] = 0
     for table in (plans.STATS, memory.STATS):
         for k in table:
             table[k] = 0
@@ -149,6 +156,18 @@ def load(source, signature, name="entry"):
     STATS["compile_seconds"] += time.perf_counter() - t0
     remember(key, disp)
     return disp
+
+
+def entry_of(source):
+    """Where the compiled code of ``source`` is: its cache entry, and whether this
+    process holds it (gj.explain)."""
+    h = hashlib.sha256(source.encode()).hexdigest()[:32]
+    store = cache_store.current()
+    where = "compiled in memory only (no usable cache dir)" if store is None else \
+        os.path.join(store.root, f"gj_{h}.py")
+    held = _MODULES.get(h, 0)
+    return f"gj_{h}: {where}; " + (f"loaded in this process ({held} signature(s))" if held
+                                   else "not loaded in this process")
 
 
 def generated_module(store, file_name, module_name, source, cache_base):
@@ -359,8 +378,19 @@ def compile_graph(graph, batched=None):
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
     if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
+    if batched is None:
+        from gradjit.runtime import tiers
+        if tiers.mode() == "never":
+            return Interpreted(graph)
+        if tiers.wants_background(graph):
+            return tiers.Tiered(graph, lambda: _compile_in_background(graph))
     with gc_paused():
         return _compile_graph(graph, batched)
+
+
+def _compile_in_background(graph):
+    with gc_paused():
+        return _compile_graph(graph, None)
 
 
 def _compile_graph(graph, batched):

@@ -5,7 +5,9 @@ Contract: ``explain(obj, *args, argnums=0, file=sys.stdout) -> str`` prints
 is compiled (the joint forward+adjoint graph for a function, for a tensor,
 what its ``backward()`` would run now: its deferred forward and backward compiled together
 when the recording tape holds its history, else the backward graph) after
-optimisation, and the generated Python source. Explaining a tensor changes nothing
+optimisation, and the generated Python source, then what runs: the tier (compiled code, or the
+NumPy interpreter while Numba compiles in the background, or the interpreter alone)
+and the compiled code's cache entry. Explaining a tensor changes nothing
 about which plan its backward runs.
 ``obj`` is a plain function (its gradient w.r.t. ``argnums`` is explained),
 a ``gj.jit`` / ``gj.grad`` / ``gj.value_and_grad`` function, or a Tensor
@@ -17,6 +19,8 @@ import sys
 
 import numpy as np
 
+from gradjit.runtime import tiers
+from gradjit.runtime.compiler import entry_of
 from gradjit.runtime.engine import build_joint_plan, build_plan
 from gradjit.runtime.transforms import _Transformed, grad
 from gradjit.tracer.modes import is_anomaly_enabled
@@ -25,6 +29,27 @@ from gradjit.tracer.tensor import Tensor
 
 
 def explain(obj, *args, argnums=0, file=None):
+    with tiers.forced("sync"):   # (the source that runs once compiled, whatever the tier)
+        return _explain(obj, args, argnums, file)
+
+
+def _tier(exe):
+    """The tier an executable (or what a plan runs) serves its calls on now."""
+    exe = getattr(exe, "exe", exe)
+    if exe is None:
+        return "not called with these arguments yet: compiled (or tiered) on the first call"
+    if exe.__class__ is tiers.Tiered:
+        if exe.ready is not None:
+            return "compiled code (Numba); the first calls ran on the NumPy interpreter"
+        if exe.failed is not None:
+            return f"NumPy interpreter: the background compile failed ({exe.failed!r})"
+        return "NumPy interpreter, while Numba compiles in the background"
+    if exe.__class__.__name__ in ("Interpreted", "InterpretedBatched"):
+        return "NumPy interpreter (GRADJIT_EXECUTOR=numpy, or tiering 'never')"
+    return "compiled code (Numba)"
+
+
+def _explain(obj, args, argnums, file):
     if isinstance(obj, Tensor):
         if obj.grad_fn is None:
             raise ValueError("explain: this tensor has no recorded history (is it a leaf, or was "
@@ -44,12 +69,17 @@ def explain(obj, *args, argnums=0, file=None):
             plan = build_plan(hist, ((obj.shape, obj.dtype),), [hist.addr(t) for t in leaves])
             title = "backward graph"
         compiled, source = str(plan.bwd_graph), plan.exe.source
+        tier = _tier(plan.exe)
     else:
         fn = obj if isinstance(obj, _Transformed) else grad(obj, argnums=argnums)
-        traced, opt, source = fn.graphs(*[np.asarray(a) if not np.isscalar(a) else a for a in args])
+        call = [np.asarray(a) if not np.isscalar(a) else a for a in args]
+        traced, opt, source = fn.graphs(*call)
         forward, compiled = str(traced), str(opt)
+        tier = _tier(fn.entry_for(*call))
         title = "compiled graph (forward + adjoint, optimised)"
+    entry = entry_of(source) if source.lstrip().startswith('"""gradjit generated') else "none"
     text = (f"== traced IR ==\n{forward}\n\n== {title} ==\n{compiled}\n\n"
-            f"== generated source ==\n{source}")
+            f"== generated source ==\n{source}\n\n== what runs ==\ntier: {tier}\n"
+            f"cached entry: {entry}\n")
     print(text, file=file or sys.stdout)
     return text

@@ -33,6 +33,7 @@ import numpy as np
 
 from gradjit.lowering.codegen_cpu_stmt import VIEW_OPS
 from gradjit.runtime.compiler import STATS, Executable
+from gradjit.runtime import tiers
 from gradjit.runtime.memory import Bounded
 from gradjit.tracer import gensrc, replay, tape
 from gradjit.tracer.deferred import compute_pending
@@ -120,6 +121,10 @@ def register(k, plan, targets):
     """Remember the general path's joint plan for key ``k`` (``targets``: the leaf slots
     whose gradients the plan returns, in order)."""
     exe = getattr(plan.exe, "exe", None)   # a plan without host calls: one Executable
+    if exe is not None:
+        exe = tiers.settled(exe)
+        if exe.__class__ is tiers.Tiered:   # still compiling: a later step registers it
+            return
     if k is not None and exe is not None and not plan.slots:
         k = _frozen(k)
         outs = plan.bwd_graph.outputs

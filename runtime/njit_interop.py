@@ -33,7 +33,7 @@ from numba.core import types
 from numba.core.errors import TypingError
 from numba.extending import overload, typeof_impl
 
-from gradjit.runtime import threads
+from gradjit.runtime import threads, tiers
 from gradjit.runtime.compiler import Executable
 from gradjit.tracer.registry import GradjitError
 
@@ -56,6 +56,7 @@ def _entries(t):
     from gradjit.runtime.transforms import _plain
     found = []
     for (layout, sig), (exe, consts, tree) in list(t._compiled.items()):
+        exe = tiers.settled(exe)
         if not _plain(layout) or type(exe) is not Executable or not exe.plain_in:
             continue
         try:

@@ -13,6 +13,8 @@ Contract
 - Graphs whose attributes are not plain data (ints, floats, strings, dtypes,
   tuples of them; e.g. a custom Function class) are not cached: their text
   form need not identify them.
+- ``stored(graph, name, pack_inputs, store)``: whether that file exists (tiering: a
+  structure whose source is on disk loads without a compile, runtime/tiers.py).
 - A file that does not verify (the store's keyed digest: truncated, edited, planted)
   is discarded with a warning before it is parsed: a miss, and replaced. Its source
   becomes code, so nothing unverified may reach it.
@@ -86,6 +88,12 @@ def _read(store, path):
 def _text(gen):
     return json.dumps({"source": gen.source, "consts": [float(c).hex() for c in gen.consts],
                        "parallel": bool(gen.parallel), "packs": [list(p) for p in gen.packs]})
+
+
+def stored(graph, name, pack_inputs, store):
+    """Is the generated source of ``graph`` on disk (``generated`` would read it)?"""
+    key = None if store is None else _key(graph, name, pack_inputs)
+    return key is not None and os.path.exists(store.path("plans", key + ".json"))
 
 
 def generated(graph, name, pack_inputs, store):

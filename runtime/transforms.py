@@ -24,7 +24,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
-from gradjit.runtime import njit_interop
+from gradjit.runtime import njit_interop, tiers
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -166,15 +166,27 @@ class _Transformed:
             return res if hot[2] is None else hot[2](res)
         return self._call_slow(args, kwargs)
 
+    def entry_for(self, *args, **kwargs):
+        """The executable these arguments' calls run now (None: not called with them yet)."""
+        _, key, _ = pytree.split_args(args, kwargs, self.static, self.static_names, self.__name__)
+        entry = self._compiled.get(key)
+        return None if entry is None else entry[0]
+
     def compile_for(self, *args, **kwargs):
         """Compile the signature of these example arguments (only their shapes, dtypes and
         static values are read) without calling the function; returns ``self``. What
         ``@njit`` code calling this transform runs (runtime/njit_interop.py)."""
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
-        if self._compiled.get(key) is None:
-            with gc_paused():
+        entry = self._compiled.get(key)
+        if entry is None:
+            with gc_paused(), tiers.forced("sync"):
                 self._compiled[key] = self._build(traced, layout)
+        elif entry[0].__class__ is tiers.Tiered:   # compiling in the background: wait for it
+            entry[0].done.wait()
+            if entry[0].failed is not None:
+                raise entry[0].failed
+            self._compiled[key] = (entry[0].ready,) + tuple(entry[1:])
         return self
 
     def cfunc(self, *examples):
@@ -206,6 +218,8 @@ class _Transformed:
         if entry is None:
             with gc_paused():   # tracing, lowering and the compile: see compiler.gc_paused
                 entry = self._compiled[key] = self._build(traced, layout)
+        elif entry[0].__class__ is tiers.Tiered and entry[0].ready is not None:
+            entry = self._compiled[key] = (entry[0].ready,) + tuple(entry[1:])   # compiled now
         self._hot = self._make_hot(entry) if _plain(layout) else None
         exe, consts, tree = entry
         if self.device == "cuda":
@@ -258,7 +272,8 @@ class _Transformed:
         opt = optimize(g)
         if self.device == "cuda":
             return g, opt, compile_graph_cuda(opt).source
-        return g, opt, compile_graph(opt, batched=getattr(g, "batched_inputs", None)).source
+        with tiers.forced("sync"):   # (the source that runs once compiled)
+            return g, opt, compile_graph(opt, batched=getattr(g, "batched_inputs", None)).source
 
 
 class jit(_Transformed):

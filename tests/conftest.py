@@ -4,7 +4,8 @@ GRADJIT_CACHE_DIR is set before gradjit is imported anywhere, so every test of a
 process shares compiled code, and nothing touches the user's cache. Under
 pytest-xdist each worker gets its own (tests count compiles and disk hits: another
 worker's entries would change them); a directory made here is removed at the end.
-A GRADJIT_CACHE_DIR you set yourself is used as it is.
+A GRADJIT_CACHE_DIR you set yourself is used as it is. GRADJIT_TIERING defaults
+to ``sync`` here.
 """
 import os
 import shutil
@@ -15,6 +16,10 @@ if os.environ.get("GRADJIT_CACHE_DIR") in (None, os.environ.get("GRADJIT_TEST_CA
     os.environ["GRADJIT_CACHE_DIR"] = os.environ["GRADJIT_TEST_CACHE_MADE"] = _MADE
 else:
     _MADE = None
+
+# New structures compile before their first call returns (the suite counts compiles and
+# compares compiled code); tests/runtime/test_tiers.py runs the background tier itself.
+os.environ.setdefault("GRADJIT_TIERING", "sync")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

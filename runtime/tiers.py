@@ -1,0 +1,144 @@
+"""Tiered execution: a new structure runs at once on the NumPy interpreter while Numba
+compiles it in a background thread; the compiled code takes over when it is ready.
+
+Contract
+- ``mode()``: ``"background"`` (default), ``"sync"`` (wait for the compile, as before)
+  or ``"never"`` (stay on the interpreter), from ``set_tiering(mode)``, else
+  ``$GRADJIT_TIERING``. ``forced("sync")`` overrides it for the calling thread (code
+  that needs compiled code now: ``compile_for``, ``gj.explain``).
+- ``wants_background(graph)``: background mode, and the structure's generated source is
+  not on disk (a warm cache loads in milliseconds: it is loaded, not tiered).
+- ``Tiered(graph, build)``: ``exe(arrays)`` returns what the compiled executable returns,
+  from the interpreter (``runtime/compiler.Interpreted``, counted in
+  ``STATS["interpreted_calls"]``) until ``build()`` has returned in its thread, then
+  from the compiled executable (``.ready``). A build that raises leaves the structure
+  on the interpreter, with one warning on the ``gradjit`` logger. The thread is a
+  daemon: a process that exits first leaves no partial cache entry (writes are atomic).
+- ``settled(exe)``: the compiled executable of a ready ``Tiered``, else ``exe``.
+- ``wait(timeout=None)`` (``gj.wait_compiled``): block until every background compile
+  of this process has ended; True when none is left.
+- Logging on the ``gradjit`` logger: INFO when a background compile starts and ends,
+  WARNING when one takes longer than ``SLOW_S`` seconds (once, while it runs) or fails.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+MODES = ("background", "sync", "never")
+SLOW_S = 10.0
+STATS = {"interpreted_calls": 0, "background_compiles": 0}
+_LOG = logging.getLogger("gradjit")
+_SET = [None]
+_LOCAL = threading.local()
+_PENDING = set()
+_PENDING_LOCK = threading.Lock()
+
+
+def set_tiering(mode):
+    """How new structures run before their compile ends: 'background', 'sync' or 'never'
+    (``None``: back to ``$GRADJIT_TIERING``, else 'background')."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"gj.set_tiering: mode must be one of {MODES} or None, got {mode!r}")
+    _SET[0] = mode
+
+
+def mode():
+    m = getattr(_LOCAL, "mode", None) or _SET[0] or os.environ.get("GRADJIT_TIERING") or "background"
+    if m not in MODES:
+        raise ValueError(f"GRADJIT_TIERING must be one of {MODES}, got {m!r}")
+    return m
+
+
+class forced:
+    """``with forced("sync"):`` this thread's new structures use that mode."""
+
+    def __init__(self, m):
+        self.m = m
+
+    def __enter__(self):
+        self.prev, _LOCAL.mode = getattr(_LOCAL, "mode", None), self.m
+
+    def __exit__(self, *exc):
+        _LOCAL.mode = self.prev
+
+
+def wants_background(graph):
+    if mode() != "background":
+        return False
+    from gradjit.runtime import plans
+    from gradjit.tracer import cache_store
+    return not plans.stored(graph, "entry", True, cache_store.current())
+
+
+class Tiered:
+    """A structure on the interpreter until its compiled executable is ready."""
+
+    def __init__(self, graph, build):
+        from gradjit.runtime.compiler import Interpreted
+        self.graph, self.ready, self.failed = graph, None, None
+        self.interp = Interpreted(graph)
+        self.source = "# compiling in the background (gj.wait_compiled() waits for it)\n"
+        self.done = threading.Event()
+        with _PENDING_LOCK:
+            _PENDING.add(self)
+        STATS["background_compiles"] += 1
+        self._thread = threading.Thread(target=self._build, args=(build,), daemon=True,
+                                        name=f"gradjit-compile-{graph.name}")
+        self._thread.start()
+
+    def _build(self, build):
+        t0 = time.perf_counter()
+        name, n = self.graph.name, len(self.graph.nodes)
+        _LOG.info("gradjit: compiling %r (%d ops) in the background", name, n)
+        slow = threading.Timer(SLOW_S, lambda: _LOG.warning(
+            "gradjit: the compile of %r (%d ops) has taken %.0f s so far; calls run on the "
+            "NumPy interpreter meanwhile", name, n, SLOW_S))
+        slow.daemon = True
+        slow.start()
+        try:
+            exe = build()
+            self.source = exe.source
+            self.ready = exe
+            _LOG.info("gradjit: compiled %r in %.2f s; compiled code takes over", name,
+                      time.perf_counter() - t0)
+        except Exception as e:   # noqa: BLE001 - the interpreter keeps serving the calls
+            self.failed = e
+            _LOG.warning("gradjit: the compile of %r failed (%s: %s); it stays on the NumPy "
+                         "interpreter", name, type(e).__name__, e)
+        finally:
+            slow.cancel()
+            self.done.set()
+            with _PENDING_LOCK:
+                _PENDING.discard(self)
+
+    def __call__(self, arrays):
+        exe = self.ready
+        if exe is not None:
+            return exe(arrays)
+        STATS["interpreted_calls"] += 1
+        return self.interp(arrays)
+
+
+def settled(exe):
+    """The compiled executable behind a ready ``Tiered``; anything else unchanged."""
+    if exe.__class__ is Tiered and exe.ready is not None:
+        return exe.ready
+    return exe
+
+
+def wait(timeout=None):
+    """Block until this process's background compiles end (``timeout`` seconds at most);
+    True when none is left."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _PENDING_LOCK:
+            pending = list(_PENDING)
+        if not pending:
+            return True
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        pending[0].done.wait(left)
