@@ -10,7 +10,7 @@ from gradjit.runtime import engine
 
 
 def _source(text):
-    return text.split("== generated source ==\n")[1].rstrip("\n")
+    return text.split("== generated source ==\n")[1].split("\n\n== what runs ==")[0].rstrip("\n")
 
 
 def _ran(src):
