@@ -43,8 +43,10 @@ Contract
   two warm-up calls, runs one gradient and reports VmHWM - VmRSS-before: the extra
   resident memory of one call, outputs included. Linux only (else "n/a").
 - Timing (phase 2, one process): the first call and two warm-up calls, then the engines
-  take turns, a ~10 ms batch of calls each per round (sized from one more, warm, call),
-  within a time budget, so machine noise hits them alike. Reported: median and min-max per call, repetitions, and each
+  take turns, a ~50 ms batch of calls each per round (sized from one more, warm, call),
+  with 0.15 s of idling after each batch (the engine's idle pools go to sleep before the
+  next engine runs, as for a user running one engine), within a time budget, so machine
+  noise hits them alike. Reported: median and min-max per call, repetitions, and each
   engine's median over gradjit-jit's (> 1: slower than gradjit-jit).
 - Output: markdown tables on stdout, a progress line per cell on stderr, the numbers as
   JSON (--json, default bench/results/bench[-quick].json), a PNG bar chart (--png,
@@ -343,28 +345,42 @@ def _fmt_mib(c):
 
 
 # -- phase 2: timing in one process -------------------------------------------------------------
+# Between two engines' batches the process idles this long: the thread pools of the engine
+# that ran (OpenBLAS's workers spin about 0.1 s after a call) are asleep before the next
+# engine starts, as they are for a user who runs one engine. Without the gap, each engine
+# ran beside the previous one's spinning BLAS workers: W3's medians 2x (JAX, NumPy) to 15x
+# (Numba, gradjit) their own in one run.
+GAP_S = 0.15
+
+
 def timed(fns, budget, min_reps, max_reps):
     """Per-call times of each fn, interleaved: in each round every engine runs a batch of
-    ~10 ms, so a slow phase of the machine hits all engines alike (ratios stay fair)."""
+    ~50 ms, then the process idles GAP_S, so a slow phase of the machine hits all engines
+    alike (ratios stay fair) and no engine runs beside another's idle pools."""
     batch = {}
     for k, fn in fns.items():
         for _ in range(2):                     # warm-up: first calls load, compile, allocate
             fn()
         t0 = time.perf_counter()               # sized from a warm call (sized from the
         fn()                                   # warm-up, most W1 engines got 1 call a round)
-        batch[k] = int(min(max(0.01 / (time.perf_counter() - t0), 1), 1000))
+        batch[k] = int(min(max(0.05 / (time.perf_counter() - t0), 1), 5000))
+        time.sleep(GAP_S)
     times = {k: [] for k in fns}
-    end = time.perf_counter() + budget * len(fns)
+    spent = dict.fromkeys(fns, 0.0)            # each engine's budget: its own calls' time
 
     def more(k):
         n = len(times[k])
-        return n < max_reps and (n < min_reps or time.perf_counter() < end)
+        return n < max_reps and (n < min_reps or spent[k] < budget)
     while any(more(k) for k in fns):
         for k, fn in fns.items():
-            for _ in range(batch[k] if more(k) else 0):
+            if not more(k):
+                continue
+            for _ in range(batch[k]):
                 t0 = time.perf_counter()
                 fn()
                 times[k].append(time.perf_counter() - t0)
+            spent[k] += sum(times[k][-batch[k]:])
+            time.sleep(GAP_S)
     return {k: np.array(v) for k, v in times.items()}
 
 
