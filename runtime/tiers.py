@@ -17,6 +17,10 @@ Contract
 - ``settled(exe)``: the compiled executable of a ready ``Tiered``, else ``exe``.
 - ``wait(timeout=None)`` (``gj.wait_compiled``): block until every background compile
   of this process has ended; True when none is left.
+- Fork: a process forked while a compile runs in the background would inherit the
+  compiler's locks held by a thread it does not have, and hang at its first compile; so
+  ``os.fork`` (``multiprocessing``'s fork start method included) first waits for the
+  background compiles to end (``os.register_at_fork``).
 - Logging on the ``gradjit`` logger: INFO when a background compile starts and ends,
   WARNING when one takes longer than ``SLOW_S`` seconds (once, while it runs) or fails.
 """
@@ -142,3 +146,7 @@ def wait(timeout=None):
         if left is not None and left <= 0:
             return False
         pending[0].done.wait(left)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=wait)

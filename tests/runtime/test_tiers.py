@@ -187,3 +187,27 @@ def test_explain_says_what_runs_for_a_tensor_and_before_the_first_call(rng):
 class _Null:
     def write(self, s):
         return len(s)
+
+
+def _child_state(seed):
+    import numpy as np
+    import gradjit as gj
+    from gradjit.runtime import tiers as t
+    pending = len(t._PENDING)          # as the parent's were at the fork
+    x = np.random.default_rng(seed).standard_normal(5)
+    return pending, gj.grad(lambda x: (np.tanh(x) * 0.4444).sum())(x), x   # a new structure
+
+
+def test_fork_waits_for_background_compiles_so_children_can_compile(gated, rng):
+    """A fork while a compile runs would leave the child the compiler's locks held by a
+    thread it does not have: the fork waits for the compile (held at the gate here,
+    opened 0.3 s later), so the child starts with none pending and compiles its own."""
+    import multiprocessing as mp
+    x = rng.standard_normal(10)
+    gj.grad(lambda x: (np.sin(x) * np.cos(x) * 0.5555).sum())(x)
+    assert len(tiers._PENDING) == 1
+    threading.Timer(0.3, gated.set).start()
+    with mp.get_context("fork").Pool(1) as pool:
+        pending, g, x1 = pool.apply_async(_child_state, (3,)).get(timeout=120)
+    assert pending == 0
+    np.testing.assert_allclose(g, (1 - np.tanh(x1) ** 2) * 0.4444, rtol=1e-12)
