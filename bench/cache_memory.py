@@ -56,6 +56,7 @@ def measure(bound, n, cache, warm=20):
     """The child's report: RSS growth per structure over ``n`` structures after ``warm``."""
     env = {k: v for k, v in os.environ.items() if k != "GRADJIT_EXECUTOR"}
     env["GRADJIT_CACHE_DIR"] = cache
+    env["GRADJIT_TIERING"] = "sync"   # memory of compiled structures, each compiled on its call
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", _CHILD, str(bound), str(n), str(warm)], env=env,
                          capture_output=True, text=True, check=True, cwd=root)

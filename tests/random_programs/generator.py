@@ -1733,19 +1733,23 @@ class Outcome:
 
 @contextlib.contextmanager
 def executor(name):
-    """GRADJIT_EXECUTOR set to ``name`` (``"numpy"``, or None for compiled) inside."""
-    old = os.environ.get("GRADJIT_EXECUTOR")
+    """GRADJIT_EXECUTOR set to ``name`` (``"numpy"``, or None for compiled) inside; for
+    compiled, GRADJIT_TIERING=sync too (the first call must run the compiled code, not
+    the interpreter that serves it while a background compile runs)."""
+    old = {k: os.environ.get(k) for k in ("GRADJIT_EXECUTOR", "GRADJIT_TIERING")}
     if name is None:
         os.environ.pop("GRADJIT_EXECUTOR", None)
+        os.environ["GRADJIT_TIERING"] = "sync"
     else:
         os.environ["GRADJIT_EXECUTOR"] = name
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("GRADJIT_EXECUTOR", None)
-        else:
-            os.environ["GRADJIT_EXECUTOR"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def check_program(prog, orc=None):
