@@ -37,7 +37,8 @@ def _ptx_ready():
 
 
 _WHY = _ptx_ready()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=str(_WHY))
+pytestmark = [pytest.mark.skipif(_WHY is not None, reason=str(_WHY)),
+              pytest.mark.slow]   # (pyproject.toml: the default run skips it; CI runs it)
 CPU_ONLY = cuda_cpu_only()
 
 

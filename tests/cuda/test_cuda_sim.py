@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 try:
     import numba_cuda  # noqa: F401
     HAVE = True

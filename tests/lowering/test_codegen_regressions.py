@@ -19,6 +19,8 @@ import pytest
 
 import gradjit as gj
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 
 def _both(monkeypatch, make, *args):
     """(compiled, interpreted) results of a fresh transform ``make()`` at ``args``."""

@@ -18,6 +18,8 @@ from gradjit.tracer.interp import interpret
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 
 def _mlp(W1, b1, W2, W3, X):
     h1 = np.tanh(X @ W1 + b1)

@@ -14,6 +14,8 @@ import gradjit as gj
 from gradjit.lowering.codegen_cpu import generate
 from gradjit.lowering.passes import optimize
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 
 def _rnn_args(T, hidden=5, inp=3, seed=0, dtype=np.float64):
     rng = np.random.default_rng(seed)

@@ -21,6 +21,8 @@ from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
 from tests.lowering.test_roll import rnn_args_loss as _rnn
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 _VIEW_LINE = re.compile(r"# %\d+:\w+\[[\d,]*\] = (t|view|unsqueeze|squeeze|permute|transpose)\.")
 
 

@@ -30,6 +30,7 @@ def _verdict(out):
                     f"{out.prog.repro(f'features: {sorted(out.prog.features)}')}", pytrace=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=700, **_SETTINGS)
 @given(programs(exclude=CI_EXCLUDE))
 def test_random_programs_interpreted(prog):

@@ -15,6 +15,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
 
 KINDS = {"module": r"^gj_[0-9a-f]{32}\.py$", "plan": r"^plans/[0-9a-f]+\.json$",
          "links": r"^numba/.*\.links$", "index": r"^numba/.*\.nbi$", "data": r"^numba/.*\.nbc$"}

@@ -12,6 +12,8 @@ import pytest
 import gradjit as gj
 from gradjit.runtime import compiler, memory
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 
 def _program(k):
     def f(w):

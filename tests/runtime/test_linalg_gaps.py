@@ -23,6 +23,8 @@ import pytest
 import gradjit as gj
 from tests.fd import numerical_grad
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 L = gj.linalg
 _rng = np.random.default_rng(11)
 

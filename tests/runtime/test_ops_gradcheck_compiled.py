@@ -23,6 +23,8 @@ from gradjit.runtime import engine
 from tests.runtime.test_ops_gradcheck import (REPS, Case, check_close, jit_grads, normal,
                                               tensor_grads)
 
+pytestmark = pytest.mark.slow   # (pyproject.toml: the default run skips it; CI runs it)
+
 
 def _use(monkeypatch, executor):
     if executor == "numpy":
