@@ -115,13 +115,26 @@ def _side(x):
     return ord("t"), (s1 if c > 1 else r)
 
 
-@numba.njit(cache=True, error_model="numpy", parallel=True)
+@called
 def mm(a, b):
     m, k = a.shape
     n = b.shape[1]
     out = np.empty((m, n), a.dtype)
+    if m * k * n < PAR_MIN or max(m, n) < 4:
+        gemm_into(out, a, b)
+    else:
+        # As strided ('A') views: the parallel split compiles once per dtype on a machine
+        # (about 2 s each), not once per layout pair of the operands.
+        _split(out, a[:, ::1], b[:, ::1])
+    return out
+
+
+@numba.njit(cache=True, error_model="numpy", parallel=True)
+def _split(out, a, b):
+    """out = a @ b, blocks of out's rows (or columns) over the caller's threads."""
+    m, n = out.shape
     nt = _threads()
-    if nt == 1 or m * k * n < PAR_MIN or max(m, n) < 2 * nt:
+    if nt == 1 or max(m, n) < 2 * nt:
         gemm_into(out, a, b)
     elif m >= n:
         for t in numba.prange(nt):
@@ -131,7 +144,6 @@ def mm(a, b):
         for t in numba.prange(nt):
             lo, hi = t * n // nt, (t + 1) * n // nt
             gemm_into(out[:, lo:hi], a, b[:, lo:hi])
-    return out
 
 
 # Not forceinline, no wrappers: one copy per module however many products call it. W4's
