@@ -2,7 +2,9 @@
 
 Contract
 - ``empty(shape, dtype)``, ``full(shape, value, dtype)``, ``zeros(shape, dtype)``,
-  ``contiguous(a)`` (``np.ascontiguousarray``) and ``reshape(a, shape)``
+  ``contiguous(a)`` (``np.ascontiguousarray``), ``assign(dst, src)``
+  (``dst[...] = src``, same shapes), ``transpose(a, axes)`` (``np.transpose``) and
+  ``reshape(a, shape)``
   (``a.reshape(shape)``, ``a`` contiguous) are NumPy's. Generated modules call
   them (as ``al.empty`` ...) instead of NumPy directly: Numba then compiles
   those implementations once per machine and signature (``cache=True``;
@@ -90,6 +92,16 @@ def zeros(shape, dtype):
 @jit
 def contiguous(a):
     return np.ascontiguousarray(a)
+
+
+@jit
+def transpose(a, axes):
+    return np.transpose(a, axes)
+
+
+@jit
+def assign(dst, src):
+    dst[...] = src
 
 
 @jit

@@ -5,6 +5,7 @@ Contract
   ``b`` of one column and ``vm(a, b)`` for an ``a`` of one row: they call BLAS
   gemv (matrix-vector), faster than gemm with a dimension of 1 once the matrix
   is large (``blas_helper`` picks; for small ones the extra reshapes cost more).
+  ``mm_into(out, a, b)`` writes the product into ``out`` (a view: a batch's slice).
   ``smm(a, b)`` is the same product as a loop nest, for a row times a small
   matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
   ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``
@@ -72,6 +73,10 @@ PAR_MIN = 1 << 18
 # parallel loops read it through: numba.get_num_threads() itself compiles to an address
 # that Numba's disk cache refuses to store.
 _threads = numba.types.ExternalFunction("get_num_threads", numba.types.intp())
+# Numba registers its threading layer's symbols (get_num_threads, allocate_sched, ...) when
+# the layer starts. ``mm`` is not parallel itself, so loading it from the disk cache would
+# not start the layer, and the parallel split linked into it would not resolve: start it.
+numba.get_num_threads()
 
 
 def gemm_into(out, a, b):
@@ -125,8 +130,21 @@ def mm(a, b):
     else:
         # As strided ('A') views: the parallel split compiles once per dtype on a machine
         # (about 2 s each), not once per layout pair of the operands.
-        _split(out, a[:, ::1], b[:, ::1])
+        _split(out[:, ::1], a[:, ::1], b[:, ::1])
     return out
+
+
+@called
+def mm_into(out, a, b):
+    """out[...] = a @ b for a 2-D view ``out`` (a batched product's slice): no temporary,
+    and no array assignment in the caller (Numba compiles one into every module that has
+    one: about 1.5 s each, most of a small batched matmul's compile)."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m * k * n < PAR_MIN or max(m, n) < 4:
+        gemm_into(out, a, b)
+    else:
+        _split(out[:, ::1], a[:, ::1], b[:, ::1])
 
 
 @numba.njit(cache=True, error_model="numpy", parallel=True)

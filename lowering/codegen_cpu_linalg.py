@@ -105,8 +105,11 @@ def _linalg(e, node):
     args = [f"v{v.id}_b[b]" for v in ins]
     tmps = [f"{n}_t" for n in names]
     e.emit(2, f"{', '.join(tmps)} = {_call(node, args)}")
-    for n, t in zip(names, tmps):
-        e.emit(2, f"{n}_b[b] = {t}")
+    for n, t, o in zip(names, tmps, outs):
+        # (an array into a batch's slice through a cached helper: Numba compiles an array
+        # assignment into every module that has one)
+        tail = len(o.shape) - len(batch)
+        e.emit(2, f"al.assign({n}_b[b], {t})" if tail else f"{n}_b[b] = {t}")
     for n, o in zip(names, outs):
         e.emit(1, f"{n} = al.reshape({n}_b, {shape_arg(o.shape)})")
 

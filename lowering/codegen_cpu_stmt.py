@@ -75,7 +75,7 @@ def stmt(e, node):
         e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {dtype_arg(out.dtype)})", node)
         e.emit(1, f"for b in range({out.shape[0]}):")
         e.imports.add("from gradjit.lowering import blas_cpu as bl")
-        e.emit(2, f"v{out.id}[b] = bl.mm({a[0]}[b], {a[1]}[b])")
+        e.emit(2, f"bl.mm_into(v{out.id}[b], {a[0]}[b], {a[1]}[b])")
     elif op in ("permute.default", "transpose.int", "t.default"):
         perm = permutation(node)
         if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
@@ -90,7 +90,9 @@ def stmt(e, node):
             e.emit(1, f"v{out.id} = {a[0]}.T", node)
             layout = {"C": "F", "F": "C"}.get(lay.get(ins[0], "C"), "A")
         else:
-            e.emit(1, f"v{out.id} = np.transpose({a[0]}, {tuple(perm)})", node)
+            # (a cached helper: Numba compiles np.transpose with axes into every module that
+            # calls it, about 5 s: most of a small batched matmul's compile)
+            e.emit(1, f"v{out.id} = al.transpose({a[0]}, {tuple(perm)})", node)
             layout = "A"
     elif op in ("view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"):
         e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out, lay.get(ins[0], 'C'))}", node)
