@@ -122,28 +122,23 @@ def _side(x):
 
 @called
 def mm(a, b):
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n), a.dtype)
-    if m * k * n < PAR_MIN or max(m, n) < 4:
-        gemm_into(out, a, b)
-    else:
-        # As strided ('A') views: the parallel split compiles once per dtype on a machine
-        # (about 2 s each), not once per layout pair of the operands.
-        _split(out[:, ::1], a[:, ::1], b[:, ::1])
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    mm_into(out, a, b)
     return out
 
 
 @called
 def mm_into(out, a, b):
-    """out[...] = a @ b for a 2-D view ``out`` (a batched product's slice): no temporary,
-    and no array assignment in the caller (Numba compiles one into every module that has
+    """out[...] = a @ b for a 2-D view ``out`` (``mm``'s result, or a batched product's
+    slice: no temporary, and no array assignment in the caller (Numba compiles one into every module that has
     one: about 1.5 s each, most of a small batched matmul's compile)."""
     m, k = a.shape
     n = b.shape[1]
     if m * k * n < PAR_MIN or max(m, n) < 4:
         gemm_into(out, a, b)
     else:
+        # As strided ('A') views: the parallel split compiles once per dtype on a machine
+        # (about 2 s each), not once per layout pair of the operands.
         _split(out[:, ::1], a[:, ::1], b[:, ::1])
 
 

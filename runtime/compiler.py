@@ -56,7 +56,7 @@ from gradjit.lowering.blas_cpu import PAR_MIN
 from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import blas_probe, memory, numba_cache, plans, threads
+from gradjit.runtime import blas_probe, memory, numba_cache, plans, threads, tiers
 from gradjit.tracer import cache_store, gensrc
 from gradjit.tracer.gensrc import cache_dir  # noqa: F401 - (gj.cache_dir)
 from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
@@ -91,12 +91,10 @@ _LOADED = memory.Bounded(_evicted)   # (content hash, signature, name) -> dispat
 
 
 def stats():
-    from gradjit.runtime import tiers
     return dict(STATS, **plans.STATS, **memory.STATS, **tiers.STATS, threads=threads.info())
 
 
 def reset_stats():
-    from gradjit.runtime import tiers
     for k in STATS:
         STATS[k] = 0 if k != "compile_seconds" else 0.0
     for k in tiers.STATS:
@@ -379,7 +377,6 @@ def compile_graph(graph, batched=None):
     if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
     if batched is None:
-        from gradjit.runtime import tiers
         if tiers.mode() == "never":
             return Interpreted(graph)
         if tiers.wants_background(graph):
