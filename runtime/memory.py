@@ -124,7 +124,11 @@ def clear_cache(disk=False):
 def release_module(module):
     import linecache
     from numba.core.dispatcher import Dispatcher
-    linecache.cache.pop(getattr(module, "__file__", None), None)   # (Numba reads its lines)
+    path = getattr(module, "__file__", None)
+    if path:   # (Numba reads its lines, under the absolute path and relative to the cwd)
+        for key in [k for k in linecache.cache if isinstance(k, str) and k.endswith(
+                os.path.basename(path)) and os.path.abspath(k) == path]:
+            linecache.cache.pop(key, None)
     for name, obj in list(vars(module).items()):
         if isinstance(obj, Dispatcher):
             libs = [c.library for c in obj.overloads.values()]

@@ -68,6 +68,19 @@ def test_evicted_code_dies_when_nothing_holds_it(small_bound):
     assert _live_generated() - base <= small_bound + 1
 
 
+def test_evicted_sources_leave_linecache(small_bound, monkeypatch, tmp_path):
+    # Numba reads a module's lines under the absolute path and relative to the cwd: an
+    # evicted module's lines must go under both keys, or every structure leaves its text.
+    import linecache
+    monkeypatch.chdir(os.environ["GRADJIT_CACHE_DIR"])
+    gj.clear_cache()
+    for n in range(30, 38):
+        gj.grad(_program(0.25))(np.linspace(-1, 1, n))
+    memory.unload_pending()
+    held = [k for k in linecache.cache if isinstance(k, str) and "gj_" in k]
+    assert len(held) <= 2 * (small_bound + 1)
+
+
 def test_tensor_mode_steps_stay_right_beyond_the_bound(small_bound):
     for n in list(range(3, 8)) * 2:   # five structures, twice: evicted, then built again
         x = np.linspace(-1, 1, n)
