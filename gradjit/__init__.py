@@ -22,6 +22,7 @@ from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, 
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
 from gradjit.tracer import cat, stack
 from gradjit.tracer.methods_creation import stop_gradient
+from gradjit.tracer.control_flow import checkpoint, cond, fori_loop, scan, while_loop
 from gradjit.tracer.numpy_extra2 import c_, r_
 from gradjit.tracer.pytree import flatten as tree_flatten, ravel_pytree, unflatten as tree_unflatten
 from gradjit.tracer import linalg
@@ -48,4 +49,4 @@ __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hes
            "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
            "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
            "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "cache_size", "clear_cache", "set_num_threads", "set_tiering", "wait_compiled", "set_deferred", "GradjitError", "ShapeError", "TracerValueError",
-           "stop_gradient", "r_", "c_", "tree_flatten", "tree_unflatten", "ravel_pytree"]
+           "stop_gradient", "scan", "fori_loop", "while_loop", "cond", "checkpoint", "r_", "c_", "tree_flatten", "tree_unflatten", "ravel_pytree"]

@@ -65,7 +65,8 @@ def attributed(graph, node):
 
 
 def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
-    table = dict(entries(), **(rules or {}))
+    from gradjit.lowering.adjoint_regions import RULES as regions   # (it calls adjoint)
+    table = dict(entries(), **regions, **(rules or {}))
     n_forward = len(graph.nodes)
     # Forward sweep: which values depend differentiably on wrt.
     active = set(wrt)

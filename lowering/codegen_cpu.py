@@ -136,6 +136,7 @@ class _Emitter:
         self.imports = set()  # extra import lines (e.g. the special-function module)
         self.fast_math = True  # fm.<name> (vectorisable) instead of math.<name> where faster
         self.folds = {}   # unit-dims view -> the base loops read instead (codegen_cpu_fold)
+        self.functions = {}   # name -> source of a region body's function (codegen_cpu_regions)
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -419,6 +420,11 @@ def _loop(e, loop, inline, generic=False):
 _STAMPS = {}
 
 
+def _decorator(parallel):
+    return (f'@numba.njit(error_model="numpy", no_cfunc_wrapper=True, '
+            f'pipeline_class=pl.Lean{", parallel=True" if parallel else ""})')
+
+
 def helper_stamps(import_lines, compiled_with=()):
     """``# module sha`` comment lines for the gradjit helper modules a generated module
     imports, and for the modules named in ``compiled_with`` (lowering modules that shape
@@ -439,7 +445,17 @@ def _stamp(mod):
     return _STAMPS[mod]
 
 
-def generate(graph, name="entry", pack_inputs=False):
+@dataclass
+class Part:
+    """A graph as one function of a module (a region body): its text, the functions it
+    calls (``name -> text``), the import lines and constants it needs."""
+    text: str
+    functions: dict
+    imports: set
+    consts: list
+
+
+def generate(graph, name="entry", pack_inputs=False, part=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph, unit_views=True, row_passes=True,
@@ -529,6 +545,11 @@ def generate(graph, name="entry", pack_inputs=False):
     decls, e.lines = hoist_shapes(e.lines)
     e.prologue += decls
     shared = [] if outliner is None else [f + "\n\n" for f in outliner.functions()]
+    if part:   # (no module around it: codegen_cpu_regions.py puts it in the caller's)
+        body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]
+        text = "".join(shared) + "\n".join([_decorator(e.parallel), f"def {name}({args}):"] + body)
+        return Part(text + "\n", e.functions, e.imports, list(e.const_values))
+    shared += [f + "\n\n" for f in e.functions.values()]
     if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     e.imports.add("from gradjit.lowering import pipeline_cpu as pl")   # (Numba's passes it runs)
@@ -546,8 +567,7 @@ def generate(graph, name="entry", pack_inputs=False):
         *(["CODEGEN_OPT = 0"] if fast_codegen(steps) and not e.parallel else []),
         "",
         "",
-        f'@numba.njit(error_model="numpy", no_cfunc_wrapper=True, '
-        f'pipeline_class=pl.Lean{", parallel=True" if e.parallel else ""})',
+        _decorator(e.parallel),
         f"def {name}({args}):",
     ]
     body = e.prologue + e.lines + [f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})"]

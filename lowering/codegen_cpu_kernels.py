@@ -22,6 +22,7 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 
 from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS, scalar_value_index
+from gradjit.lowering.codegen_cpu_regions import REGION_KERNELS
 from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
 
 
@@ -118,6 +119,7 @@ KERNELS = {"cumsum.default": _cumsum,
            "sort.default": _sort}
 KERNELS.update(INDEX_KERNELS)   # the indexing family (lowering/codegen_cpu_index.py)
 KERNELS.update(LINALG_KERNELS)  # LAPACK calls (lowering/codegen_cpu_linalg.py)
+KERNELS.update(REGION_KERNELS)  # loops and branches with bodies (lowering/codegen_cpu_regions.py)
 
 
 def kernel_stmt(e, node):

@@ -14,6 +14,7 @@ Contract
 """
 from __future__ import annotations
 
+from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.ops import reduces_nothing
 from gradjit.tracer.trace import Tracer
@@ -142,12 +143,22 @@ def rebuild(graph, decompose=True, cse=True):
             new.site_override = None
             outs = [r.value for r in (res if isinstance(res, tuple) else (res,))]
         else:
-            outs = new.add_node(node.op, ins, node.attrs,
+            attrs = {k: _optimized_region(a) for k, a in node.attrs.items()}
+            outs = new.add_node(node.op, ins, attrs,
                                 [(v.shape, v.dtype) for v in node.outputs], node.site)
         seen[key] = outs
         vmap.update(zip(node.outputs, outs))
     new.outputs = [vmap[v] for v in graph.outputs]
     return new
+
+
+def _optimized_region(a):
+    """A region's body is optimised with its node (decompositions, CSE, dead code)."""
+    if isinstance(a, Region) and not getattr(a.graph, "optimized", False):
+        body = optimize(a.graph)
+        body.optimized = True
+        return Region(body)
+    return a
 
 
 def dce(graph):

@@ -16,6 +16,7 @@ Contract
 from __future__ import annotations
 
 import dis
+import threading
 
 import numpy as np
 
@@ -89,6 +90,12 @@ class Tracer(NumpyMethods, ArrayOps):
         self._fail(".tolist() of a traced array")
 
     def __setitem__(self, index, value):
+        body = BODIES.stack[-1] if BODIES.stack else None
+        if body is not None and self.graph is not body.graph and id(self.graph) in body.family:
+            raise GradjitError("x[index] = value inside the body of gj.scan / gj.fori_loop / "
+                               "gj.while_loop / gj.cond / gj.checkpoint, on an array made "
+                               "outside it: a body cannot change outer arrays. Pass the array "
+                               "in the loop's carry and return the changed one", user_site())
         setitem(self, index, value)   # rebinds this tracer (tracer/tracer_setitem.py)
 
     def _copy(self):
@@ -105,14 +112,21 @@ class Tracer(NumpyMethods, ArrayOps):
     @classmethod
     def _apply(cls, op_name, inputs, attrs, view_of=True):
         g = next(x.graph for x in inputs if isinstance(x, Tracer))
+        body = BODIES.stack[-1] if BODIES.stack else None
+        if body is not None and g is not body.graph and id(g) in body.family:
+            g = body.graph   # a loop body reads an outer value: it becomes a body input
         op = get_op(op_name)
         attrs = bind_attrs(op, attrs)
         vals = []
-        for x in inputs:
+        for k, x in enumerate(inputs):
             if isinstance(x, Tracer):
                 if x.graph is not g:
-                    raise GradjitError(f"{op_name}: a traced value escaped from another trace "
-                                       f"(it was stored outside the function and reused)", user_site())
+                    if body is None or g is not body.graph or id(x.graph) not in body.family:
+                        raise GradjitError(f"{op_name}: a traced value escaped from another "
+                                           f"trace (it was stored outside the function and "
+                                           f"reused)", user_site())
+                    x = body.lift(x)
+                    inputs = [*inputs[:k], x, *inputs[k + 1:]]
                 vals.append(x.value)
             else:
                 vals.append(constant(g, np.asarray(x)).value)
@@ -123,6 +137,45 @@ class Tracer(NumpyMethods, ArrayOps):
         if op_name in VIEW_OPS and view_of and g.view_tree is not None:
             note_view(inputs[0], res[0], op_name, attrs)   # NumPy's view semantics
         return res[0] if len(res) == 1 else tuple(res)
+
+
+class _Bodies(threading.local):
+    def __init__(self):
+        self.stack = []   # BodyTrace of each loop / branch body being traced, innermost last
+
+
+BODIES = _Bodies()
+
+
+class BodyTrace:
+    """A region body being traced (tracer/control_flow.py). Tracers of the enclosing
+    graphs that the body reads become body inputs (``lift``); ``feeds`` pairs each such
+    input with the tracer of the directly enclosing graph that feeds it."""
+
+    def __init__(self, graph, parent):
+        self.graph, self.parent = graph, parent
+        self.up = BODIES.stack[-1] if BODIES.stack else None
+        self.family = {id(graph), id(parent)} | (self.up.family if self.up is not None and
+                                                 self.up.graph is parent else set())
+        self.map = {}     # enclosing Value -> body Value
+        self.feeds = []   # (body input Value, enclosing-graph Tracer)
+
+    def lift(self, t):
+        if t.graph is self.graph:
+            return t
+        v = self.map.get(t.value)
+        if v is None:
+            outer = t if t.graph is self.parent else self.up.lift(t)
+            v = self.map[t.value] = self.graph.add_input(t.value.shape, t.value.dtype)
+            self.feeds.append((v, outer))
+        return Tracer(self.graph, v)
+
+    def __enter__(self):
+        BODIES.stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        BODIES.stack.pop()
 
 
 def constant(graph, array):

@@ -1,0 +1,187 @@
+"""Loops and branches written as such (tracer/control_flow.py): gj.scan, gj.fori_loop,
+gj.while_loop, gj.cond, gj.checkpoint. Values against plain Python, gradients against
+central differences, on the interpreter and on compiled code; the compiled module's size
+and compile count do not depend on the trip count."""
+import numpy as np
+import pytest
+
+import gradjit as gj
+from tests.fd import numerical_grad
+
+
+def _check(f, args, argnums=(0,), rtol=1e-6, atol=1e-8):
+    want = f(*args)   # (plain Python: every construct runs eagerly outside a trace)
+    np.testing.assert_allclose(gj.jit(f)(*args), want, rtol=1e-12, atol=1e-12)
+    for k in argnums:
+        got = gj.grad(f, argnums=k)(*args)
+        np.testing.assert_allclose(got, numerical_grad(f, args, k), rtol=rtol, atol=atol)
+
+
+def _rnn(w, xs):
+    def step(h, x):
+        h = np.tanh(h * w + x)
+        return h, h.sum()
+    h, ys = gj.scan(step, np.zeros(w.shape), xs)
+    return (h ** 2).sum() + (ys * ys).sum()
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+def test_scan_value_and_gradient(executor, rng, shape):
+    w, xs = rng.normal(size=shape), rng.normal(size=(5,) + shape)
+    _check(_rnn, (w, xs), argnums=(0, 1))
+
+
+def test_scan_reverse_int_carry_and_captured_constant(executor, rng):
+    table = np.array([0.5, -1.0, 2.0])   # an array the body closes over: a constant
+
+    def f(w, xs):
+        def step(c, x):
+            h, k = c
+            h = np.sin(h * w) + x * k * table
+            return (h, k + 1), h * 2.0
+        (h, k), ys = gj.scan(step, (np.ones(3), np.int64(1)), xs, reverse=True)
+        return (h ** 2).sum() + (ys ** 3).sum() + k
+    _check(f, (rng.normal(size=3), rng.normal(size=(4, 3))), argnums=(0, 1))
+
+
+def test_scan_pytrees_length_and_no_ys(executor, rng):
+    def f(w):
+        def step(c, _):
+            return {"h": np.sin(c["h"] * w), "n": c["n"] * 0.5}, None
+        c, ys = gj.scan(step, {"h": np.ones(3), "n": np.float64(2.0)}, None, length=4)
+        assert ys is None
+        return (c["h"] ** 2).sum() + c["n"]
+    _check(f, (rng.normal(size=3),))
+
+
+def test_scan_of_length_zero(executor, rng):
+    def f(w, xs):
+        h, ys = gj.scan(lambda h, x: (h * x, h.sum()), w * 1.0, xs)
+        return h.sum() + ys.sum()
+    w = rng.normal(size=3)
+    np.testing.assert_allclose(gj.grad(f)(w, np.zeros((0, 3))), np.ones(3))
+
+
+def test_nested_scans_and_second_order(executor, rng):
+    def f(w, xs):
+        def outer(c, x):
+            def inner(h, y):
+                return np.tanh(h * w + y * c.sum()), None
+            h, _ = gj.scan(inner, x, xs)
+            return c + h, h.sum()
+        c, ys = gj.scan(outer, np.zeros(3), xs)
+        return (c * c).sum() + ys.sum()
+    w, xs = rng.normal(size=3), rng.normal(size=(3, 3))
+    _check(f, (w, xs), argnums=(0, 1))
+
+    def g(w):
+        return (gj.grad(_rnn)(w, xs) ** 2).sum()
+    np.testing.assert_allclose(gj.grad(g)(w), numerical_grad(g, (w,), 0, eps=1e-5),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_fori_loop(executor, rng):
+    def f(w):
+        return gj.fori_loop(0, 6, lambda i, v: np.tanh(v * w + i * 0.1), np.ones(3)).sum()
+    _check(f, (rng.normal(size=3),))
+    with pytest.raises(gj.GradjitError, match="Python ints"):
+        gj.jit(lambda n, v: gj.fori_loop(0, n, lambda i, v: v, v))(np.int64(3), np.ones(2))
+
+
+def test_while_loop(executor):
+    def f(w):
+        return gj.while_loop(lambda v: v[0] < 10.0, lambda v: v * 1.5 + w * w, w * 1.0,
+                             max_steps=20).sum()
+    _check(f, (np.array([0.5, 0.2, 0.1]),))
+
+    def unbounded(w):
+        return gj.while_loop(lambda v: v.sum() < 50, lambda v: v * 2.0, w)
+    np.testing.assert_array_equal(gj.jit(unbounded)(np.ones(3)), [32.0, 32.0, 32.0])
+    with pytest.raises(gj.GradjitError, match="max_steps"):
+        gj.grad(lambda w: unbounded(w).sum())(np.ones(3))
+
+
+def test_cond_runs_one_branch_with_its_gradient(executor, rng):
+    def f(w, xs):
+        def yes(a, b):
+            return np.sin(a) * b
+
+        def no(a, b):
+            return np.cos(a * w) + b
+        return sum(gj.cond(x.sum() > 0, yes, no, w, x).sum() for x in xs)
+    xs = np.array([[1.0, 2.0, 0.5], [-1.0, -2.0, 0.5], [0.3, 0.1, 0.2]])
+    _check(f, (rng.normal(size=3), xs), argnums=(0, 1))
+
+    def safe_log(x):   # the other branch's log(0) must not reach the gradient
+        return gj.cond(x > 0, np.log, lambda x: x * 0.0, x)
+    assert gj.grad(safe_log)(np.float64(0.0)) == 0.0
+    assert gj.grad(safe_log)(np.float64(2.0)) == 0.5
+
+
+def test_checkpoint(executor, rng):
+    def f(w, x):
+        g = gj.checkpoint(lambda a, b: np.tanh(a * b).sum() * np.exp(a).sum())
+        return g(w, x) + g(w * 2, x)
+    _check(f, (rng.normal(size=3), rng.normal(size=3)), argnums=(0, 1))
+
+
+def test_tensor_mode_runs_eagerly(rng):
+    w = gj.tensor(rng.normal(size=3), requires_grad=True)
+    xs = rng.normal(size=(4, 3))
+    h, ys = gj.scan(lambda h, x: (gj.tanh(h * w + gj.tensor(x)), (h * h).sum()),
+                    gj.zeros(3), xs)
+    ((h ** 2).sum() + ys.sum()).backward()
+    want = numerical_grad(lambda w: _rnn_like(w, xs), (w.detach().numpy(),), 0)
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6, atol=1e-8)
+
+
+def _rnn_like(w, xs):
+    h, total = np.zeros(3), 0.0
+    for x in xs:
+        total += (h * h).sum()
+        h = np.tanh(h * w + x)
+    return (h ** 2).sum() + total
+
+
+def test_module_and_compiles_do_not_grow_with_length(rng):
+    def loss(w, xs):
+        def step(c, x):
+            y, z = c
+            dy = y * (1.0 - z) * w[0] + x
+            dz = z * (y - 1.0) * w[1]
+            return (y + 0.01 * dy, z + 0.01 * dz), (y * z).sum()
+        (y, z), e = gj.scan(step, (np.ones(8), np.ones(8) * 0.5), xs)
+        return (y ** 2).sum() + e.sum()
+    w = np.array([1.1, 0.4])
+    sizes, compiles = [], []
+    for t in (10, 1000):
+        xs = rng.normal(size=(t, 8)) * 0.1
+        src = gj.explain(gj.grad(loss), w, xs).split("== generated source ==")[1]
+        sizes.append(len(src.split("== what runs ==")[0].splitlines()))
+        before = gj.stats()["compiles"]
+        gj.grad(loss)(w, xs)
+        compiles.append(gj.stats()["compiles"] - before)
+    assert sizes[0] == sizes[1]
+    assert compiles[0] == compiles[1] <= 1
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(gj.GradjitError, match="carry must keep"):
+        gj.jit(lambda w: gj.scan(lambda c, x: (c.sum(), None), w, None, length=2)[0])(np.ones(3))
+    with pytest.raises(gj.GradjitError, match="pair"):
+        gj.jit(lambda w: gj.scan(lambda c, x: c, w, None, length=2))(np.ones(3))
+    with pytest.raises(gj.GradjitError, match="both branches"):
+        gj.jit(lambda w: gj.cond(w.sum() > 0, lambda a: a, lambda a: a.sum(), w))(np.ones(3))
+    with pytest.raises(gj.GradjitError, match="length"):
+        gj.jit(lambda w: gj.scan(lambda c, x: (c, None), w, None)[0])(np.ones(3))
+
+    def writes_outside(w):
+        out = np.zeros(3)
+
+        def step(c, x):
+            out[0] = c.sum()
+            return c, None
+        gj.scan(step, w, None, length=2)
+        return out.sum()
+    with pytest.raises(gj.GradjitError, match="cannot change outer arrays"):
+        gj.jit(writes_outside)(np.ones(3))

@@ -1,0 +1,362 @@
+"""Loops and branches written as such: ``gj.scan``, ``gj.fori_loop``, ``gj.while_loop``,
+``gj.cond``, ``gj.checkpoint`` (JAX's semantics), recorded as region nodes.
+
+Contract
+- Called on concrete values (NumPy arrays, numbers, tensors) outside a trace, each runs as
+  plain Python (a loop, an ``if``, a call), so it is also usable eagerly.
+- Inside ``gj.jit`` / ``gj.grad`` & co., the body is traced once into a body ``Graph``
+  (a ``Region`` attribute of one node), whatever the trip count: compile time does not
+  grow with it. Values of enclosing traces the body reads become body inputs fed by the
+  node (trace.py ``BodyTrace``); arrays met in the body are constants of the enclosing
+  graph, fed the same way. A body input's order is: carried values, per-step slices,
+  then those captured values.
+- Region ops (their adjoints are lowering/adjoint_regions.py, their CPU code
+  lowering/codegen_cpu_regions.py):
+  ``scan`` inputs ``[init (n_carry), xs (n_x), captured]``, outputs ``[final carry,
+  ys stacked (length, ...), carry stack (length, ...)]`` (the carry entering each step,
+  which reverse mode reads; code generators skip it when nothing does); ``cond``
+  inputs ``[pred, operands, captured]``, two bodies of one signature; ``call`` (a
+  checkpoint: its reverse mode recomputes the body) and ``while`` (no reverse mode).
+- Carried values keep their shape and dtype across a step; a body that changes them, or
+  branches that return different types, raise ``GradjitError`` naming both.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer import pytree
+from gradjit.tracer.interp import interpret
+from gradjit.tracer.ir import Graph
+from gradjit.tracer.registry import GradjitError, defop, user_site
+from gradjit.tracer.trace import BODIES, BodyTrace, Tracer, constant
+
+
+class Region:
+    """A body graph as a node attribute: equal and hashed by its structure."""
+
+    __slots__ = ("graph", "_key", "_hash")
+
+    def __init__(self, graph):
+        self.graph = graph
+        self._key = graph.key()
+        self._hash = hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, Region) and other._key == self._key
+
+    def __hash__(self):
+        return self._hash
+
+    def __repr__(self):   # (node comments and IR printouts; the key is ``_key``)
+        return f"<{self.graph.name}: {len(self.graph.nodes)} nodes>"
+
+
+REGION_OPS = ("scan.default", "cond.default", "call.default", "while.default")
+
+
+# -- reference implementations (the interpreter; compiled code must agree) ----------------------
+def _scan_impl(*arrays, body, n_carry, n_x, length, reverse):
+    g = body.graph
+    carry = [np.asarray(a) for a in arrays[:n_carry]]
+    xs, caps = arrays[n_carry:n_carry + n_x], list(arrays[n_carry + n_x:])
+    ys = [np.empty((length,) + v.shape, v.dtype) for v in g.outputs[n_carry:]]
+    stack = [np.empty((length,) + v.shape, v.dtype) for v in g.inputs[:n_carry]]
+    for k in (range(length - 1, -1, -1) if reverse else range(length)):
+        for s, c in zip(stack, carry):
+            s[k] = c
+        out = interpret(g, carry + [np.asarray(x[k]) for x in xs] + caps)
+        carry = out[:n_carry]
+        for y, r in zip(ys, out[n_carry:]):
+            y[k] = r
+    return tuple(np.array(c) for c in carry) + tuple(ys) + tuple(stack)
+
+
+def _cond_impl(pred, *arrays, true_body, false_body):
+    return tuple(interpret((true_body if bool(pred) else false_body).graph, list(arrays)))
+
+
+def _call_impl(*arrays, body):
+    return tuple(interpret(body.graph, list(arrays)))
+
+
+def _while_impl(*arrays, cond_body, body, n_carry):
+    carry, caps = list(arrays[:n_carry]), list(arrays[n_carry:])
+    while bool(interpret(cond_body.graph, carry + caps)[0]):
+        carry = interpret(body.graph, carry + caps)
+    return tuple(np.array(c) for c in carry)
+
+
+def _no_infer(name):
+    def infer(_types, _attrs):
+        raise GradjitError(f"{name}: region nodes are built by tracer/control_flow.py only")
+    return infer
+
+
+defop("scan(Tensor args, Region body, int n_carry, int n_x, int length, bool reverse) -> Tensor",
+      "kernel", _no_infer("scan"), _scan_impl)
+defop("cond(Tensor pred, Tensor args, Region true_body, Region false_body) -> Tensor",
+      "kernel", _no_infer("cond"), _cond_impl)
+defop("call(Tensor args, Region body) -> Tensor", "kernel", _no_infer("call"), _call_impl)
+defop("while(Tensor args, Region cond_body, Region body, int n_carry) -> Tensor", "kernel",
+      _no_infer("while"), _while_impl)
+
+
+# -- tracing a body -----------------------------------------------------------------------------
+def _enclosing():
+    """The graph being traced right now (innermost body first), or None outside a trace."""
+    if BODIES.stack:
+        return BODIES.stack[-1].graph
+    from gradjit.tracer.coercion import _LOCAL
+    graphs = getattr(_LOCAL, "graphs", None)
+    return graphs[-1] if graphs else None
+
+
+def _as_outer(graph, x, what):
+    """A leaf as a tracer of ``graph`` (the enclosing one)."""
+    if isinstance(x, Tracer):
+        if x.graph is graph:
+            return x
+        if BODIES.stack and id(x.graph) in BODIES.stack[-1].family:
+            return BODIES.stack[-1].lift(x)
+        raise GradjitError(f"{what}: a traced value escaped from another trace", user_site())
+    a = np.asarray(getattr(x, "data", x))
+    if a.dtype == object:
+        raise GradjitError(f"{what}: leaves must be arrays or numbers, got {type(x).__name__}",
+                           user_site())
+    return constant(graph, a)
+
+
+def trace_body(outer, fn, leaves_in, trees_in, what, slice_first=()):
+    """Trace ``fn`` on fresh inputs like ``leaves_in`` (tracers of ``outer``; those whose
+    index is in ``slice_first`` drop their first axis). Returns ``(graph, out_leaves
+    (Values), out_tree, feeds (outer tracers of the captured inputs, in input order))``."""
+    from gradjit.tracer.coercion import traced_numpy
+    g = Graph(f"{outer.name}.{what}")
+    g.view_tree = {} if outer.view_tree is not None else None
+    ins = []
+    for k, t in enumerate(leaves_in):
+        shape = t.shape[1:] if k in slice_first else t.shape
+        ins.append(Tracer(g, g.add_input(shape, t.dtype)))
+    args, it = [], iter(ins)
+    for tree, n in trees_in:
+        args.append(pytree.unflatten(tree, [next(it) for _ in range(n)]))
+    with BodyTrace(g, outer) as body, traced_numpy(g):
+        out = fn(*args)
+        leaves, tree = pytree.flatten(out)
+        vals = [_as_outer(g, x, what).value for x in leaves]
+    fed = dict(body.feeds)
+    feeds = []
+    for v in g.inputs[len(ins):]:   # captured values and the body's own constants, in order
+        feeds.append(fed[v] if v in fed else constant(outer, g.constants.pop(v)))
+    g.constant_ids = {}
+    g.outputs = vals
+    return g, vals, tree, feeds
+
+
+def _types(vals):
+    return [(tuple(v.shape), np.dtype(v.dtype)) for v in vals]
+
+
+def _check_same(what, kind, got, want, tree_got, tree_want):
+    if tree_got != tree_want or got != want:
+        show = lambda ts: ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in ts)  # noqa: E731
+        raise GradjitError(f"{what}: {kind} must keep its structure, shapes and dtypes; got "
+                           f"({show(got)}) where ({show(want)}) was expected. Cast inside the "
+                           f"body (x.astype(...)) or make the initial value match", user_site())
+
+
+# -- the user API ---------------------------------------------------------------------------------
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+    """``(final_carry, stacked_ys)``: ``carry, y = f(carry, x)`` over the leading axis of
+    ``xs`` (pytrees), as ``jax.lax.scan``. ``unroll`` is accepted for JAX compatibility."""
+    x_leaves, x_tree = pytree.flatten(xs)
+    lengths = {int(np.shape(x)[0]) for x in x_leaves if np.ndim(x) >= 1}
+    if any(np.ndim(x) == 0 for x in x_leaves):
+        raise GradjitError("gj.scan: every leaf of xs needs a leading axis to scan over",
+                           user_site())
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise GradjitError(f"gj.scan: {'give length= when xs is None' if not lengths else f'the leading axes of xs and length disagree: {sorted(lengths)}'}",
+                           user_site())
+    n = lengths.pop()
+    outer = _enclosing()
+    if outer is None:
+        return _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse)
+    c_leaves, c_tree = pytree.flatten(init)
+    c_in = [_as_outer(outer, c, "gj.scan") for c in c_leaves]
+    x_in = [_as_outer(outer, x, "gj.scan") for x in x_leaves]
+    nc, nx = len(c_in), len(x_in)
+
+    def step(carry, x):
+        res = f(carry, x)
+        if not isinstance(res, tuple) or len(res) != 2:
+            raise GradjitError("gj.scan: the body must return a pair (carry, y)", user_site())
+        return res
+
+    g, vals, tree, feeds = trace_body(outer, step, c_in + x_in, [(c_tree, nc), (x_tree, nx)],
+                                      "scan", slice_first=range(nc, nc + nx))
+    out_c_tree, out_y_tree = tree[1][0], tree[1][1]
+    _check_same("gj.scan", "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
+                out_c_tree, c_tree)
+    attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse)}
+    types = ([(v.shape, v.dtype) for v in g.inputs[:nc]]
+             + [((n,) + v.shape, v.dtype) for v in vals[nc:]]
+             + [((n,) + v.shape, v.dtype) for v in g.inputs[:nc]])
+    outs = outer.add_node("scan.default", [t.value for t in c_in + x_in + feeds], attrs, types,
+                          outer.site_override or user_site())
+    res = [Tracer(outer, v) for v in outs]
+    return (pytree.unflatten(c_tree, res[:nc]),
+            pytree.unflatten(out_y_tree, res[nc:nc + len(vals) - nc]))
+
+
+def _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse):
+    carry, ys = init, []
+    for k in (range(n - 1, -1, -1) if reverse else range(n)):
+        carry, y = f(carry, pytree.unflatten(x_tree, [x[k] for x in x_leaves]))
+        ys.append(y)
+    if reverse:
+        ys.reverse()
+    if not ys:
+        return carry, None
+    y_leaves = [pytree.flatten(y)[0] for y in ys]
+    _, y_tree = pytree.flatten(ys[0])
+    stacked = [_stack([row[j] for row in y_leaves]) for j in range(len(y_leaves[0]))]
+    return carry, pytree.unflatten(y_tree, stacked)
+
+
+def _stack(items):
+    from gradjit.tracer.tensor import Tensor
+    if any(isinstance(i, Tensor) for i in items):
+        from gradjit.tracer import stack
+        return stack(items)
+    return np.stack([np.asarray(i) for i in items])
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, as ``jax.lax.fori_loop``;
+    the bounds must be Python ints (a traced bound: use ``gj.while_loop``)."""
+    for b in (lower, upper):
+        if isinstance(b, Tracer) or not isinstance(b, (int, np.integer)):
+            raise GradjitError("gj.fori_loop: lower and upper must be Python ints (the trip "
+                               "count is fixed when the function is traced); for a bound "
+                               "computed from data use gj.while_loop", user_site())
+    lower, upper = int(lower), int(upper)
+    if _enclosing() is None:
+        val = init_val
+        for i in range(lower, upper):
+            val = body_fun(i, val)
+        return val
+    steps = np.arange(lower, max(lower, upper), dtype=np.int64)
+    if steps.size == 0:
+        return init_val
+    return scan(lambda c, i: (body_fun(i, c), None), init_val, steps)[0]
+
+
+def while_loop(cond_fun, body_fun, init_val, max_steps=None):
+    """``while cond_fun(val): val = body_fun(val)``, as ``jax.lax.while_loop``. Reverse mode
+    needs ``max_steps`` (the loop is then a scan of that many steps that stops changing
+    ``val`` once ``cond_fun`` is false); without it the loop is forward-only."""
+    outer = _enclosing()
+    if outer is None:
+        val, k = init_val, 0
+        while bool(cond_fun(val)) and (max_steps is None or k < max_steps):
+            val, k = body_fun(val), k + 1
+        return val
+    if max_steps is not None:
+        def step(c, _):
+            val, live = c
+            live = np.logical_and(live, cond_fun(val))
+            new = body_fun(val)
+            nl, nt = pytree.flatten(new)
+            ol, ot = pytree.flatten(val)
+            _check_same("gj.while_loop", "the loop value", _types(nl), _types(ol), nt, ot)
+            return (pytree.unflatten(ot, [np.where(live, a, b) for a, b in zip(nl, ol)]), live), None
+        return scan(step, (init_val, np.array(True)), length=int(max_steps))[0][0]
+    c_leaves, c_tree = pytree.flatten(init_val)
+    c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]
+    nc = len(c_in)
+    gc, cvals, _, cfeeds = trace_body(outer, cond_fun, c_in, [(c_tree, nc)], "while_cond")
+    if len(cvals) != 1 or cvals[0].shape != () or cvals[0].dtype != np.bool_:
+        raise GradjitError("gj.while_loop: cond_fun must return one boolean scalar",
+                           user_site())
+    gb, bvals, btree, bfeeds = trace_body(outer, body_fun, c_in, [(c_tree, nc)], "while_body")
+    _check_same("gj.while_loop", "the loop value", _types(bvals), _types(gb.inputs[:nc]),
+                btree, c_tree)
+    feeds = _merge_captures([gc, gb], [cfeeds, bfeeds], nc)
+    outs = outer.add_node("while.default", [t.value for t in c_in + feeds],
+                          {"cond_body": Region(gc), "body": Region(gb), "n_carry": nc},
+                          [(v.shape, v.dtype) for v in gb.inputs[:nc]], user_site())
+    return pytree.unflatten(c_tree, [Tracer(outer, v) for v in outs])
+
+
+def _merge_captures(graphs, feeds, n_lead):
+    """Give the bodies one signature: the shared leading inputs, then every body's
+    captured inputs (each body gets unused inputs for the others'). Returns all feeds."""
+    extra = [[g.inputs.pop() for _ in range(len(g.inputs) - n_lead)][::-1] for g in graphs]
+    for i, g in enumerate(graphs):
+        for j, caps in enumerate(extra):
+            g.inputs += caps if i == j else [g._new_value(v.shape, v.dtype) for v in caps]
+    return [t for f in feeds for t in f]
+
+
+def cond(pred, true_fun, false_fun, *operands):
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, as
+    ``jax.lax.cond``: with a traced ``pred`` both branches are traced and only the chosen
+    one runs; they must return the same structure, shapes and dtypes."""
+    outer = _enclosing()
+    if outer is None or not isinstance(pred, Tracer):
+        if isinstance(pred, Tracer):
+            raise GradjitError("gj.cond: a traced predicate outside a trace", user_site())
+        return true_fun(*operands) if bool(np.asarray(getattr(pred, "data", pred))) \
+            else false_fun(*operands)
+    if pred.shape != ():
+        raise GradjitError(f"gj.cond: the predicate must be a scalar, got shape "
+                           f"{tuple(pred.shape)}", user_site())
+    p = _as_outer(outer, pred, "gj.cond")
+    if p.dtype != np.bool_:
+        p = p != 0
+    o_leaves, o_tree = pytree.flatten(list(operands))
+    o_in = [_as_outer(outer, x, "gj.cond") for x in o_leaves]
+    n = len(o_in)
+    gt, tv, tt, tf = trace_body(outer, lambda ops: true_fun(*ops), o_in, [(o_tree, n)], "cond_true")
+    gf, fv, ft, ff = trace_body(outer, lambda ops: false_fun(*ops), o_in, [(o_tree, n)],
+                                "cond_false")
+    _check_same("gj.cond", "both branches' results", _types(fv), _types(tv), ft, tt)
+    feeds = _merge_captures([gt, gf], [tf, ff], n)
+    outs = outer.add_node("cond.default", [p.value] + [t.value for t in o_in + feeds],
+                          {"true_body": Region(gt), "false_body": Region(gf)},
+                          [(v.shape, v.dtype) for v in tv], user_site())
+    return pytree.unflatten(tt, [Tracer(outer, v) for v in outs])
+
+
+def checkpoint(fun):
+    """``fun`` whose reverse mode recomputes its intermediate values instead of keeping
+    them (``jax.checkpoint``): memory for compute. Inside a trace its call is one node."""
+    import functools
+
+    @functools.wraps(fun)
+    def wrapped(*args):
+        outer = _enclosing()
+        if outer is None:
+            return fun(*args)
+        leaves, tree = pytree.flatten(list(args))
+        traced = [k for k, x in enumerate(leaves) if pytree.is_traced_leaf(x)
+                  or isinstance(x, Tracer)]
+        ins = [_as_outer(outer, leaves[k], "gj.checkpoint") for k in traced]
+
+        def call(*xs):
+            full = list(leaves)
+            for k, x in zip(traced, xs):
+                full[k] = x
+            return fun(*pytree.unflatten(tree, full))
+        g, vals, out_tree, feeds = trace_body(outer, call, ins, [(_LEAF_TREE, 1)] * len(ins),
+                                              "checkpoint")
+        outs = outer.add_node("call.default", [t.value for t in ins + feeds],
+                              {"body": Region(g)}, [(v.shape, v.dtype) for v in vals],
+                              user_site())
+        return pytree.unflatten(out_tree, [Tracer(outer, v) for v in outs])
+    return wrapped
+
+
+_LEAF_TREE = pytree.flatten(0)[1]
