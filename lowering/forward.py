@@ -66,7 +66,8 @@ def _linearised(entry, node, graph, ts, rules):
 
 
 def tangents(graph, inputs, tangent_values, outputs, rules=None, forward_rules=None):
-    table = dict(entries(), **(rules or {}))
+    from gradjit.lowering.adjoint_regions import RULES as regions   # (linearised: scans...)
+    table = dict(entries(), **regions, **(rules or {}))
     tan = {v: t for v, t in zip(inputs, tangent_values) if t is not None}
     n_forward = len(graph.nodes)
     for node in graph.nodes[:n_forward]:

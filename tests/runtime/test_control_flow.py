@@ -185,3 +185,21 @@ def test_errors_name_the_problem():
         return out.sum()
     with pytest.raises(gj.GradjitError, match="cannot change outer arrays"):
         gj.jit(writes_outside)(np.ones(3))
+
+
+def test_forward_mode_through_scan(rng):
+    w, xs = rng.normal(size=3), rng.normal(size=(4, 3))
+
+    def f(w):
+        return (gj.scan(lambda c, x: (np.tanh(c * w + x), None), np.ones(3), xs)[0] ** 2).sum()
+    eps = 1e-5
+    want = np.array([(gj.grad(f)(w + eps * e) - gj.grad(f)(w - eps * e)) / (2 * eps)
+                     for e in np.eye(3)])
+    np.testing.assert_allclose(gj.hessian(f)(w), want, rtol=1e-6, atol=1e-8)
+    v = rng.normal(size=3)
+    _, t = gj.jvp(f, (w,), (v,))
+    np.testing.assert_allclose(t, gj.grad(f)(w) @ v, rtol=1e-10)
+
+    def ys(w):
+        return gj.scan(lambda c, x: (np.sin(c * w) + x, c), np.ones(3), xs)[1]
+    np.testing.assert_allclose(gj.jacfwd(ys)(w), gj.jacrev(ys)(w), rtol=1e-10, atol=1e-12)
