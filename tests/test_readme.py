@@ -13,7 +13,7 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
-DEMO = 'pip install -e ".[test,cuda]" && python -m gradjit demo'
+DEMO = 'pip install -e ".[test]" && python -m gradjit demo'
 TESTS = 'pip install -e ".[test,cuda]" && python -m pytest -q && python -m pytest -q -m slow'
 
 
