@@ -116,8 +116,9 @@ def test_traced_index_and_outside_arrays_are_clear_errors(interpreted):
         out = np.zeros(3, dtype=np.int64)
         out[0] = x[0]
         return out
-    with pytest.raises(gj.TracerValueError, match="cannot be stored into a NumPy array"):
+    with pytest.raises(gj.GradjitError, match="cannot be stored into a NumPy array") as e:
         gj.jit(into_int_buffer)(x)
+    assert isinstance(e.value, ValueError) and "out[0] = x[0]" in str(e.value)
     assert not ints.any()
 
 
