@@ -109,6 +109,17 @@ def reshape(a, shape):
     return a.reshape(shape)
 
 
+@numba.njit(cache=True, error_model="numpy")
+def qr_complete(a):
+    """``np.linalg.qr(a, mode='complete')`` of an (m, n) matrix, m > n (Numba's has only
+    the reduced mode): see lowering/codegen_cpu_linalg.py."""
+    m, n = a.shape
+    pad = np.zeros((m, m), a.dtype)
+    pad[:, :n] = a
+    q, r = np.linalg.qr(pad)
+    return q, np.ascontiguousarray(r[:, :n])
+
+
 LANES = 16
 
 

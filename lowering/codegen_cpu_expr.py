@@ -6,7 +6,9 @@ Contract
 - ``_expr(node, a, e)``: the expression of elementwise ``node`` on the input
   expressions ``a``; scalar attributes become ``consts`` slots (``e.const``),
   transcendentals ``fm.<name>`` where the emitter allows fast math. An op with
-  no expression raises NotImplementedError naming it.
+  no expression raises NotImplementedError naming it. Integer and bool operands of
+  float math (``OpDef.float_math``: exp, sigmoid, atan2 ...) are cast to the float
+  result dtype first (``-x`` of a uint8 would wrap around).
 - ``acc_init(op, dtype, exact)`` / ``acc_update(op, tgt, x)``: a reduction's
   initial value (a literal) and its accumulation statement (NaN propagates
   through max and min); shared with the CUDA generator.
@@ -19,6 +21,7 @@ import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 from gradjit.lowering.codegen_cpu_math import _lit, fast_fn, math_expr
+from gradjit.tracer.registry import get_op
 
 
 def _expr(node, a, e):
@@ -26,6 +29,10 @@ def _expr(node, a, e):
     op, at = node.op, node.attrs
     out = node.outputs[0].dtype
     ref = node.inputs[0].dtype if node.inputs else out
+    if out.kind == "f" and get_op(op).float_math:   # integers in float math: cast first
+        a = [f"{_np_dtype(out)}({x})" if v.dtype.kind in "biu" else x
+             for x, v in zip(a, node.inputs)]
+        ref = out
     one, zero = _lit(1, out), _lit(0, out)
     c = (lambda name: e.const(at[name], ref))
     unary = {"exp": "math.exp", "log": "math.log", "sin": "math.sin", "cos": "math.cos",

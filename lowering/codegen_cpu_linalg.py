@@ -7,6 +7,10 @@ Contract
   a plain statement for a 2-D input; for batched inputs ``(*, m, n)`` the
   operands are made C-contiguous and viewed as ``(B, m, n)``, a loop over B
   writes fresh output arrays, which are then viewed with the batch shape.
+- ``linalg_qr.complete`` (m > n) is ``al.qr_complete``: Numba's QR of A padded with zero
+  columns to a square, R cut back to n columns. The padding's Householder reflectors are
+  the identity (tau = 0 for a zero column), so Q is what LAPACK's orgqr makes from A's n
+  reflectors: NumPy's mode='complete' Q.
 - ``linalg_solve_triangular`` is ``np.linalg.solve`` on the masked triangle
   (``np.tril`` / ``np.triu``, unit diagonal when ``unitriangular``); the
   right-sided form solves the transposed system.
@@ -50,6 +54,8 @@ def _call(node, args):
               "linalg_pinv.default": "np.linalg.pinv({0})"}
     if op in simple:
         return simple[op].format(*args)
+    if op == "linalg_qr.complete":
+        return f"al.qr_complete({a})"
     if op == "linalg_svd.default":
         return f"np.linalg.svd({a}, full_matrices={bool(at['full_matrices'])})"
     # linalg_solve_triangular
@@ -63,7 +69,8 @@ def _call(node, args):
 # Memory order (as Numba types it) of each 2-D result of the single-matrix call.
 _LAYOUT = {"linalg_inv.default": ("F",), "linalg_pinv.default": ("F",),
            "linalg_solve.default": ("F",), "linalg_cholesky.default": ("C",),
-           "linalg_qr.default": ("A", "F"), "linalg_eigh.default": ("C", "F"),
+           "linalg_qr.default": ("A", "F"), "linalg_qr.complete": ("A", "C"),
+           "linalg_eigh.default": ("C", "F"),
            "linalg_svd.default": ("F", "C", "F")}
 
 
@@ -116,3 +123,4 @@ def _linalg(e, node):
 
 LINALG_KERNELS = {f"linalg_{name}.default": _linalg for name in (
     "inv", "det", "slogdet", "solve", "cholesky", "solve_triangular", "qr", "eigh", "svd", "pinv")}
+LINALG_KERNELS["linalg_qr.complete"] = _linalg

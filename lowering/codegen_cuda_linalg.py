@@ -217,6 +217,7 @@ LINALG_CUDA = {
     "linalg_inv.default": _inv, "linalg_solve.default": _solve, "linalg_det.default": _det,
     "linalg_slogdet.default": _det, "linalg_cholesky.default": _cholesky,
     "linalg_solve_triangular.default": _solve_triangular, "linalg_qr.default": _qr,
+    "linalg_qr.complete": _qr,   # (the kernel builds as many columns of Q as it holds)
     "linalg_eigh.default": _eigh, "linalg_svd.default": _svd, "linalg_pinv.default": _pinv,
     "sort.default": _sort,
 }

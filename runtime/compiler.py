@@ -25,7 +25,7 @@ Contract
   generated-source cache's ``plan_hits`` / ``plan_misses``.
 - Cache dir: ``$GRADJIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradjit``, else
   ``~/.cache/gradjit``. ``GRADJIT_EXECUTOR=numpy`` swaps the compiled code for
-  the reference interpreter.
+  the reference interpreter; so does a float16 value in the graph (Numba has none).
 - Generated source is itself cached on disk (``runtime/plans.py``), so a warm
   process neither generates nor compiles.
 - Tiering (runtime/tiers.py): a structure whose source is not on disk gets a
@@ -371,10 +371,19 @@ def gc_paused():
             gc.enable()
 
 
+def holds_float16(graph):
+    """Does ``graph`` hold a float16 value (NumPy's result of np.exp of uint8 & co.)? Numba's
+    CPU target has no float16 type, so such a graph runs on the interpreter (NumPy's own
+    float16 loops: its values are NumPy's exactly)."""
+    f2 = np.dtype(np.float16)
+    return (any(v.dtype == f2 for v in graph.inputs)
+            or any(o.dtype == f2 for n in graph.nodes for o in n.outputs))
+
+
 def compile_graph(graph, batched=None):
     """An executable for ``graph``; with ``batched`` (input indices), those inputs carry a
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
-    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy":
+    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy" or holds_float16(graph):
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
     if batched is None:
         if tiers.mode() == "never":

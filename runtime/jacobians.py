@@ -1,17 +1,25 @@
 """JAX-style Jacobian transforms: ``jacrev``, ``jacfwd``, ``hessian``, ``jvp``.
 
 Contract
-- ``jacrev(f, argnums)(*args)``: the Jacobian of ``f`` (any float output
-  shape) w.r.t. each differentiated argument, shaped ``out.shape +
-  arg.shape``; one reverse pass per output element, all of them in one
-  compiled call (the seeds are the rows of an identity matrix, looped over
-  inside the compiled code).
-- ``jacfwd``: the same Jacobian by forward-mode products J e_j over the input
-  basis, batched the same way. Forward products come from the forward pass of
-  ``lowering/forward.py`` (``result:`` formulas, a custom Function's ``jvp``,
-  or the linearised backward formula), exact, no finite differences.
-- ``hessian(f) = jacfwd(grad(f))``; ``jvp(f, primals, tangents) -> (f(primals),
-  J tangents)``.
+- Arguments and results are pytrees (tracer/pytree.py), as in JAX. ``argnums`` is an int
+  or a tuple; each differentiated argument may be a tuple, list, dict or namedtuple of
+  float arrays; the function may return one float array or a pytree of them.
+- ``jacrev(f, argnums)(*args)`` / ``jacfwd``: the Jacobian, structured as JAX's: the
+  output's structure outside, the differentiated arguments' inside (for an int argnums
+  that argument's structure, for a tuple a tuple of them); the block of output leaf ``o``
+  and argument leaf ``x`` has shape ``o.shape + x.shape``. So jacfwd of a scalar function
+  of a dict is a dict, of a function returning a dict a dict of dicts.
+- One compiled call: every output leaf (``jacrev``: one reverse pass per output element)
+  or every argument leaf (``jacfwd``: one forward product J e_j per input element) is an
+  element of one flat batch of seeds, the rows of an identity matrix looped over inside
+  the compiled code; each leaf reads its slice of the seed. Forward products come from
+  the forward pass of ``lowering/forward.py`` (``result:`` formulas, a custom Function's
+  ``jvp``, or the linearised backward formula), exact, no finite differences.
+- ``hessian(f, argnums) = jacfwd(grad(f, argnums), argnums)``: nested structures (a dict
+  argument gives a dict of dicts; argnums=(0, 1) gives ((H00, H01), (H10, H11))).
+- ``jvp(f, primals, tangents) -> (f(*primals), J tangents)``: ``primals`` a tuple of
+  pytrees, ``tangents`` the same structure (else TypeError) and shapes (else ValueError);
+  both results have the structure of ``f``'s output (an integer output's tangent is 0).
 - Called with tracers (nested in another transform) they trace inline.
 """
 from __future__ import annotations
@@ -26,26 +34,45 @@ from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError
-from gradjit.tracer.trace import Tracer
+from gradjit.tracer.trace import Tracer, flatten_output
 
 
 def _rules():
     return {"custom_function": custom_rule(None, None)}
 
 
-def _vjp(g, out, seed, xs):
-    """Tracers of J^T seed w.r.t. each x (zeros where independent)."""
-    res = adjoint(g, [out.value], [seed.value], [x.value for x in xs], _rules())
+def _forward(g, xs, ts, outs):
+    """Tracers of J t for each output (lowering/forward.py), zeros where independent."""
+    jts = forward_tangents(g, [x.value for x in xs], [None if t is None else t.value for t in ts],
+                           [o.value for o in outs], _rules(), {"custom_function": custom_forward_rule})
+    return [Tracer(g, jt) if jt is not None else apply("zeros_like.default", [o], {})
+            for o, jt in zip(outs, jts)]
+
+
+def _reverse(g, outs, seeds, xs):
+    """Tracers of sum_j J_j^T seed_j w.r.t. each x (zeros where independent)."""
+    res = adjoint(g, [o.value for o in outs], [s.value for s in seeds], [x.value for x in xs],
+                  _rules())
     return [Tracer(g, r) if r is not None else apply("zeros_like.default", [x], {})
             for x, r in zip(xs, res)]
 
 
-def _jvp(g, out, xs, tangents):
-    """Tracer of J t: forward mode (lowering/forward.py), zeros where independent."""
-    (jt,) = forward_tangents(g, [x.value for x in xs],
-                             [t.value if t is not None else None for t in tangents], [out.value],
-                             _rules(), {"custom_function": custom_forward_rule})
-    return Tracer(g, jt) if jt is not None else apply("zeros_like.default", [out], {})
+def _flat_seed(g, leaves):
+    """One batched graph input of the identity's rows over the leaves' elements, and each
+    leaf's slice of it shaped (and typed) as the leaf; returns (slices, offsets)."""
+    sizes = [int(np.prod(x.shape)) for x in leaves]
+    n = max(sum(sizes), 1)
+    dt = np.result_type(*[x.dtype for x in leaves]) if leaves else np.dtype(np.float64)
+    seed = Tracer(g, g.add_input((n,), dt))
+    g.constants[seed.value] = np.eye(n, dtype=dt)
+    g.batched_inputs = [g.inputs.index(seed.value)]
+    parts, offsets, k = [], [], 0
+    for x, size in zip(leaves, sizes):
+        part = seed[k:k + size].reshape(x.shape)
+        parts.append(part if part.dtype == x.dtype else part.astype(x.dtype))
+        offsets.append(k)
+        k += size
+    return parts, offsets
 
 
 class _Jac(_Transformed):
@@ -55,25 +82,30 @@ class _Jac(_Transformed):
         self.single = isinstance(argnums, int)
 
     def _diff_args(self, call):
-        """The leaves of the differentiated arguments (pytrees) and their structures."""
+        """The leaves of the differentiated arguments (as passed: the function may assign
+        into its arguments) and, per argument, (structure, number of leaves)."""
         xs, trees = [], []
         for i in self.argnums:
+            if i >= len(call):
+                raise TypeError(f"gj.{type(self).__name__}: argnums={i} but the function was "
+                                f"called with {len(call)} positional argument(s)")
             leaves, treedef = pytree.flatten(call[i])
             for a in leaves:
                 if not isinstance(a, Tracer) or a.dtype.kind != "f":
                     raise GradjitError(f"gj.{type(self).__name__}: can only differentiate with "
                                        f"respect to floating-point arrays (argument {i})")
-            xs.extend(Tracer(a.graph, a.value) for a in leaves)   # as passed (see grad)
+            xs.extend(Tracer(a.graph, a.value) for a in leaves)
             trees.append((treedef, len(leaves)))
-        self._trees = trees
-        return xs
+        return xs, trees
 
-    def _output(self, call):
-        out = self.fn(*call, **call.kwargs)
-        if not isinstance(out, Tracer) or out.dtype.kind != "f":
-            raise GradjitError(f"gj.{type(self).__name__}: the function must return one "
-                               f"floating-point array")
-        return out
+    def _outputs(self, g, call):
+        """The function's output leaves (tracers) and its structure."""
+        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
+        outs = [Tracer(g, v) for v in vals]
+        if not outs or any(o.dtype.kind != "f" for o in outs):
+            raise GradjitError(f"gj.{type(self).__name__}: the function must return a "
+                               f"floating-point array or a pytree of them")
+        return outs, tree
 
     def _per_arg(self, trees, res):
         per_arg, k = [], 0
@@ -82,67 +114,69 @@ class _Jac(_Transformed):
             k += n
         return per_arg[0] if self.single else tuple(per_arg)
 
-    def _unpack(self, tree, results):
-        shapes, trees = tree
-        return self._per_arg(trees, [r.reshape(s) for r, s in zip(results, shapes)])
+    def _structured(self, out_tree, trees, blocks):
+        """blocks[j][i]: the block of output leaf j and argument leaf i."""
+        return pytree.unflatten(out_tree, [self._per_arg(trees, row) for row in blocks])
+
+    def _inline(self, call):
+        """Inside another trace: one reverse pass per output element, stacked."""
+        xs, trees = self._diff_args(call)
+        g = xs[0].graph
+        outs, out_tree = self._outputs(g, call)
+        blocks = []
+        for o in outs:
+            rows = []
+            for k in range(max(o.value.size, 1)):
+                e = np.zeros(o.value.size, o.dtype)
+                if o.value.size:
+                    e[k] = 1
+                rows.append(_reverse(g, [o], [o._const(e.reshape(o.shape))], xs))
+            blocks.append([_stack([r[i] for r in rows], o.shape + x.shape, o.value.size)
+                           for i, x in enumerate(xs)])
+        return self._structured(out_tree, trees, blocks)
 
 
 class jacrev(_Jac):
     def _trace_body(self, g, call, arg_values):
-        xs = self._diff_args(call)
-        out = self._output(call)
-        n = max(out.value.size, 1)
-        seed = Tracer(g, g.add_input(out.shape, out.dtype))
-        g.constants[seed.value] = np.eye(n, dtype=out.dtype).reshape((n,) + out.shape)
-        g.batched_inputs = [g.inputs.index(seed.value)]
-        g.outputs = [r.value for r in _vjp(g, out, seed, xs)]
-        return [out.shape + x.shape for x in xs], self._trees
+        xs, trees = self._diff_args(call)
+        outs, out_tree = self._outputs(g, call)
+        seeds, offsets = _flat_seed(g, outs)
+        g.outputs = [r.value for r in _reverse(g, outs, seeds, xs)]
+        return ([(tuple(o.shape), k) for o, k in zip(outs, offsets)],
+                [tuple(x.shape) for x in xs], out_tree, trees)
 
-    def _inline(self, call):
-        xs, out = self._diff_args(call), self._output(call)
-        g = out.graph
-        rows = []
-        for k in range(max(out.value.size, 1)):
-            e = np.zeros(out.value.size, out.dtype)
-            e[k] = 1
-            rows.append(_vjp(g, out, out._const(e.reshape(out.shape)), xs))
-        return self._per_arg(self._trees, [_stack([r[j] for r in rows], out.shape + x.shape)
-                                           for j, x in enumerate(xs)])
+    def _unpack(self, tree, results):
+        outs, xshapes, out_tree, trees = tree
+        blocks = [[r[k:k + int(np.prod(oshape))].reshape(oshape + xshape)
+                   for r, xshape in zip(results, xshapes)] for oshape, k in outs]
+        return self._structured(out_tree, trees, blocks)
 
 
 class jacfwd(_Jac):
     def _trace_body(self, g, call, arg_values):
-        xs = self._diff_args(call)
-        out = self._output(call)
-        shapes = []
-        outs = []
-        for x in xs:
-            n = max(x.value.size, 1)
-            t = Tracer(g, g.add_input(x.shape, x.dtype))
-            g.constants[t.value] = np.eye(n, dtype=x.dtype).reshape((n,) + x.shape)
-            g.batched_inputs = [g.inputs.index(t.value)]
-            tangents = [t if y is x else None for y in xs]
-            outs.append(_jvp(g, out, xs, tangents).value)
-            shapes.append((x.shape, out.shape))
-        if len(xs) > 1:
-            raise GradjitError("gj.jacfwd: one differentiated argument at a time for now "
-                               "(pass argnums=<int>)")
-        g.outputs = outs
-        return shapes
+        xs, trees = self._diff_args(call)
+        outs, out_tree = self._outputs(g, call)
+        ts, offsets = _flat_seed(g, xs)
+        g.outputs = [jt.value for jt in _forward(g, xs, ts, outs)]
+        return ([tuple(o.shape) for o in outs],
+                [(tuple(x.shape), k) for x, k in zip(xs, offsets)], out_tree, trees)
 
     def _unpack(self, tree, results):
-        (xshape, oshape), r = tree[0], results[0]
-        n_in = int(np.prod(xshape))
-        m = r.reshape((n_in, int(np.prod(oshape)))).T
-        return m.reshape(oshape + xshape)
+        oshapes, xs, out_tree, trees = tree
+        blocks = []
+        for r, oshape in zip(results, oshapes):   # r: (seeds,) + oshape, row j = J e_j
+            size = int(np.prod(oshape))
+            blocks.append([r[k:k + n].reshape((n, size)).T.reshape(oshape + xshape)
+                           for xshape, k, n in ((s, k, int(np.prod(s))) for s, k in xs)])
+        return self._structured(out_tree, trees, blocks)
 
-    def _inline(self, call):
-        return jacrev(self.fn, self.argnums[0] if self.single else self.argnums)._inline(call)
 
-
-def _stack(rows, shape):
+def _stack(rows, shape, n):
+    """Rows (tracers, one per output element) stacked into ``shape`` (an empty output: the
+    one row stands for no element)."""
+    if n == 0:
+        return rows[0]._const(np.zeros(shape, rows[0].dtype))
     flat = [r.reshape((1, -1)) for r in rows]
-    n = len(flat)
     acc = None
     for k, r in enumerate(flat):
         sel = np.zeros((n, 1), r.dtype)
@@ -153,9 +187,8 @@ def _stack(rows, shape):
 
 
 def hessian(fn, argnums=0, static_argnums=()):
-    """The Hessian of a scalar function: ``jacfwd(grad(fn))``."""
-    if not isinstance(argnums, int):
-        raise GradjitError("gj.hessian: pass one argnum (an int)")
+    """The Hessian of a scalar function: ``jacfwd(grad(fn, argnums), argnums)``, with JAX's
+    nested structure for pytree arguments and tuples of argnums."""
     return jacfwd(grad(fn, argnums=argnums, static_argnums=static_argnums), argnums=argnums,
                   static_argnums=static_argnums)
 
@@ -167,22 +200,39 @@ class jvp_fn(_Transformed):
         super().__init__(fn)
         self.n = n
 
+    def _pairs(self, call):
+        """The primal leaves (as passed) and their tangent leaves (None: not float)."""
+        xs, ts = pytree.flatten(list(call[:self.n]))[0], pytree.flatten(list(call[self.n:]))[0]
+        pairs = [(Tracer(x.graph, x.value), t if x.dtype.kind == "f" else None)
+                 for x, t in zip(xs, ts) if isinstance(x, Tracer)]
+        return [x for x, _ in pairs], [t for _, t in pairs]
+
     def _trace_body(self, g, call, arg_values):
-        xs, ts = call[:self.n], call[self.n:]
-        out = self.fn(*xs)
-        g.outputs = [out.value, _jvp(g, out, list(xs), list(ts)).value]
-        return None
+        xs, ts = self._pairs(call)
+        vals, tree = flatten_output(g, self.fn(*call[:self.n]))
+        outs = [Tracer(g, v) for v in vals]
+        g.outputs = vals + [t.value for t in _forward(g, xs, ts, outs)]
+        return tree, len(vals)
 
     def _unpack(self, tree, results):
-        return results[0], results[1]
+        tree, n = tree
+        return (pytree.unflatten(tree, list(results[:n])),
+                pytree.unflatten(tree, list(results[n:])))
 
     def _inline(self, call):
-        xs, ts = list(call[:self.n]), list(call[self.n:])
-        out = self.fn(*xs)
-        return out, Tracer(out.graph, _jvp(out.graph, out, xs, ts).value)
+        xs, ts = self._pairs(call)
+        out = self.fn(*call[:self.n])
+        g = xs[0].graph
+        vals, tree = flatten_output(g, out)
+        return out, pytree.unflatten(tree, _forward(g, xs, ts, [Tracer(g, v) for v in vals]))
 
 
 _JVP_CACHE = Bounded()
+
+
+def _shape_of(treedef, n):
+    """A structure as the caller would write it, leaves shown as *."""
+    return repr(pytree.unflatten(treedef, ["*"] * n)).replace("'*'", "*")
 
 
 def jvp(fn, primals, tangents):
@@ -190,6 +240,14 @@ def jvp(fn, primals, tangents):
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    (pl, pt), (tl, tt) = pytree.flatten(primals), pytree.flatten(tangents)
+    if pt != tt:
+        raise TypeError(f"gj.jvp: primals and tangents must have the same structure, got "
+                        f"{_shape_of(pt, len(pl))} and {_shape_of(tt, len(tl))}")
+    for k, (p, t) in enumerate(zip(pl, tl)):
+        if np.shape(p) != np.shape(t):
+            raise ValueError(f"gj.jvp: the tangent of leaf {k} has shape {np.shape(t)}, its "
+                             f"primal {np.shape(p)}")
     key = (fn, len(primals))
     f = _JVP_CACHE.get(key)
     if f is None:

@@ -34,7 +34,7 @@ from numba.core.errors import TypingError
 from numba.extending import overload, typeof_impl
 
 from gradjit.runtime import threads, tiers
-from gradjit.runtime.compiler import Executable
+from gradjit.runtime.compiler import Executable, holds_float16
 from gradjit.tracer.registry import GradjitError
 
 
@@ -87,11 +87,14 @@ def numba_callable(t):
         raise GradjitError(f"{_name(t)}: a CUDA transform cannot be called from @njit code")
     entries = _entries(t)
     if not entries:
+        half = any(holds_float16(tiers.settled(e[0]).graph) for e in list(t._compiled.values()))
         raise GradjitError(
             f"{_name(t)}: nothing compiled that @njit code can call. Call it once from Python "
             f"with plain arrays (or {type(t).__name__}.compile_for(*examples)) first: @njit "
             f"code reaches the compiled signatures, whose arguments must be C-contiguous "
-            f"arrays and whose results arrays")
+            f"arrays and whose results arrays" + (
+                " (a signature computing in float16, as np.exp of uint8 does, runs on NumPy: "
+                "Numba has no float16)" if half else ""))
     stamp = tuple(id(e[2]) for e in entries)
     made = getattr(t, "_njit", None)
     if made is not None and made[0] == stamp:

@@ -249,7 +249,7 @@ class _Transformed:
         statics = [x for x in pytree.flatten((list(call), call.kwargs))[0]
                    if not isinstance(x, Tracer)]
         with rng_guard(f"gj.{type(self).__name__}({self.__name__})", reachable(self.fn, statics)), \
-                traced_numpy(g):
+                traced_numpy(g, self.fn):
             tree = self._trace_body(g, call, arg_values)
         g.view_tree = None
         updates = _hidden_updates(g, arg_values)
@@ -267,7 +267,7 @@ class _Transformed:
     def graphs(self, *args, **kwargs):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""
         g, call, arg_values = self._trace(args, kwargs)
-        with traced_numpy(g):
+        with traced_numpy(g, self.fn):
             self._trace_body(g, call, arg_values)
         opt = optimize(g)
         if self.device == "cuda":

@@ -107,13 +107,16 @@ def binary(name, a, b):
 
 
 def where(condition, x, y):
-    """``where(condition, x, y)``; Python scalars become 0-d tensors of the other's dtype."""
-    ref = next((t for t in (x, y, condition) if not is_scalar(t)), None)
-    if ref is None or not hasattr(ref, "_const"):
+    """``where(condition, x, y)``; a Python scalar becomes a 0-d tensor of the dtype NumPy
+    gives it beside the other operand (NEP 50: uint8 with 3 is uint8, with 0.5 float64)."""
+    ref = next((t for t in (x, y, condition) if hasattr(t, "_const")), None)
+    if ref is None:
         raise TypeError("where: at least one of condition, x, y must be a gradjit tensor")
-    dt = getattr(y if is_scalar(x) else x, "dtype", None)
-    args = [ref._const(np.asarray(v, dtype=dt if v is not condition else None)) if is_scalar(v)
-            else v for v in (condition, x, y)]
+    other = y if is_scalar(x) else x
+    dt = getattr(other, "dtype", None)
+    args = [ref._const(np.asarray(v, dtype=None if dt is None else np.result_type(dt, _py(v))))
+            if is_scalar(v) and v is not condition else
+            ref._const(np.asarray(v)) if is_scalar(v) else v for v in (condition, x, y)]
     return apply("where.self", args, {})
 
 
@@ -389,8 +392,8 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     # -- NumPy protocols (tables in numpy_protocol.py) -------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         op = UNARY_UFUNCS.get(ufunc)
-        if op is not None and method == "__call__" and not kwargs:   # np.tanh(t) ...
-            return self._apply(op, [self], {})
+        if op is not None and method == "__call__" and not kwargs and self.dtype.kind == "f":
+            return self._apply(op, [self], {})   # np.tanh(t) ... (NumPy's dtype: t's own)
         return _protocol().array_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):

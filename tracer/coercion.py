@@ -13,6 +13,11 @@ Contract
 - The wrappers are installed once for all threads while at least one trace is
   running (a counter under a lock) and removed when the last one ends; a call
   from another thread with plain arrays pays one type check.
+- Names bound to those NumPy functions elsewhere (``from numpy import zeros``,
+  ``z = np.zeros``) are swapped the same way in the globals of the traced function
+  and of the user's functions it reaches (through its globals, modules, closure
+  and defaults; ``traced_numpy(graph, fn)``), each dict counted like the module and
+  restored by the last trace using it (a name rebound meanwhile is left alone).
 - ``np.zeros`` / ``np.ones`` / ``np.empty`` / ``np.full`` called by the tracing
   thread make traced constants when their dtype is floating (buffers the
   function may fill: ``tracer/tracer_setitem.py``); ``np.array`` of a traced
@@ -22,22 +27,29 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import os
 import sys
+import sysconfig
 import threading
+import types
 
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import _OURS, GradjitError
+from gradjit.tracer.trace import PENDING_STORE
 from gradjit.tracer.tracer_setitem import buffer
 
 _LOCK = threading.Lock()
-_STATE = {"depth": 0, "saved": {}}
+_STATE = {"depth": 0, "saved": {}, "by_id": {}, "globals": {}}
+# saved: np's names -> originals; by_id: id(original) -> (original, wrapper); globals:
+# id(dict) -> [dict, traces using it, {name: (original, wrapper)}]
 _LOCAL = threading.local()   # this thread's graphs being traced (innermost last)
 _ORIGINAL_ARRAY = np.array
 _BUFFERS = ("zeros", "ones", "empty", "full")
+_BUFFER_NAMES = set(_BUFFERS)   # the names a call of a buffer function may use (+ aliases)
 _COERCE = ("array", "asarray", "asanyarray", "ascontiguousarray")
 # Functions whose first argument is a sequence of arrays: NumPy's dispatch already looks
 # inside it, and converting it would change the meaning.
@@ -143,6 +155,7 @@ def _library_dirs():
 
 
 _LIBRARY_DIRS = []
+_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 
 
 _CALLS = {}   # (code, instruction offset) -> is it a direct call of np.zeros & co.?
@@ -201,7 +214,8 @@ def _names_a_buffer(code, lasti):
             return False
     while j >= 0 and instrs[j].opname in _SKIP_OPS:
         j -= 1
-    return need == 0 and j >= 0 and instrs[j].opname in _NAME_OPS and instrs[j].argval in _BUFFERS
+    return (need == 0 and j >= 0 and instrs[j].opname in _NAME_OPS
+            and instrs[j].argval in _BUFFER_NAMES)
 
 
 def _buffer(orig):
@@ -226,24 +240,136 @@ def _wrappers():
     return out
 
 
+def _function_of(x):
+    """The Python function behind a callable (a transform's, a partial's, a method's)."""
+    for _ in range(8):
+        if isinstance(x, types.FunctionType):
+            return x
+        if isinstance(x, functools.partial):
+            x = x.func
+        elif isinstance(x, types.MethodType):
+            x = x.__func__
+        elif getattr(x, "__wrapped__", None) is not None:
+            x = x.__wrapped__
+        elif not isinstance(x, type) and isinstance(getattr(type(x), "__call__", None),
+                                                    types.FunctionType):
+            x = type(x).__call__
+        else:
+            return None
+    return None
+
+
+def _names_in(code):
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
+
+
+def _foreign(filename):
+    """A file of gradjit, NumPy, SciPy, Numba, the standard library or an installed
+    package: not the user's code, whose globals are left as they are."""
+    if not _LIBRARY_DIRS:
+        _LIBRARY_DIRS.append(_library_dirs())
+    return (filename.startswith(_LIBRARY_DIRS[0] + ("<frozen", _STDLIB))
+            or f"{os.sep}site-packages{os.sep}" in filename
+            or f"{os.sep}dist-packages{os.sep}" in filename)
+
+
+def _user_globals(fn, limit=256):
+    """The globals dicts of ``fn`` and of the user's functions it reaches by name (its
+    globals, attributes of the user's modules it names, closure cells, defaults)."""
+    out, seen, todo = {}, set(), [fn]
+    while todo and len(seen) < limit:
+        f = _function_of(todo.pop())
+        if f is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        if _foreign(f.__code__.co_filename):
+            continue
+        glb = f.__globals__
+        out[id(glb)] = glb
+        names = _names_in(f.__code__)
+        for n in names:
+            v = glb.get(n)
+            if isinstance(v, types.ModuleType):   # mod.helper(...): the user's modules only
+                if not _foreign(getattr(v, "__file__", None) or "<frozen"):
+                    todo.extend(v.__dict__[m] for m in names if m in v.__dict__)
+            elif v is not None:
+                todo.append(v)
+        for cell in f.__closure__ or ():
+            try:
+                todo.append(cell.cell_contents)
+            except ValueError:   # an empty cell
+                pass
+        todo.extend(f.__defaults__ or ())
+    return list(out.values())
+
+
+def _patch_globals(glb):
+    """Swap the wrapped NumPy functions bound in ``glb`` (``from numpy import zeros``) for
+    their wrappers, or count one more trace using the swap already made (under _LOCK)."""
+    entry = _STATE["globals"].get(id(glb))
+    if entry is not None and entry[0] is glb:
+        entry[1] += 1
+        return
+    by_id, swapped = _STATE["by_id"], {}
+    for name, val in list(glb.items()):
+        hit = by_id.get(id(val))
+        if hit is not None and hit[0] is val:
+            glb[name] = hit[1]
+            swapped[name] = hit
+            if val.__name__ in _BUFFERS and name not in _BUFFER_NAMES:   # an alias: z = np.zeros
+                _BUFFER_NAMES.add(name)
+                _CALLS.clear()
+    _STATE["globals"][id(glb)] = [glb, 1, swapped]
+
+
+def _unpatch_globals(glb):
+    entry = _STATE["globals"].get(id(glb))
+    if entry is None or entry[0] is not glb:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _STATE["globals"][id(glb)]
+        for name, (orig, wrapper) in entry[2].items():
+            if glb.get(name) is wrapper:
+                glb[name] = orig
+
+
 @contextlib.contextmanager
-def traced_numpy(graph):
+def traced_numpy(graph, fn=None):
     stack = _LOCAL.__dict__.setdefault("graphs", [])
     stack.append(graph)
+    PENDING_STORE.error = None
+    dicts = _user_globals(fn) if fn is not None else []
     with _LOCK:
         if _STATE["depth"] == 0:
             wrappers = _wrappers()
             _STATE["saved"] = {name: getattr(np, name) for name in wrappers}
+            _STATE["by_id"] = {id(orig): (orig, wrappers[name])
+                               for name, orig in _STATE["saved"].items()}
             for name, w in wrappers.items():
                 setattr(np, name, w)
         _STATE["depth"] += 1
+        for glb in dicts:
+            _patch_globals(glb)
     try:
         yield
+    except ValueError as e:   # NumPy's own error for a traced value stored into its array
+        pending, PENDING_STORE.error = getattr(PENDING_STORE, "error", None), None
+        if pending is not None and e is not pending and "with a sequence" in str(e):
+            raise pending from None
+        raise
     finally:
         stack.pop()
         with _LOCK:
+            for glb in dicts:
+                _unpatch_globals(glb)
             _STATE["depth"] -= 1
             if _STATE["depth"] == 0:
                 for name, fn in _STATE["saved"].items():
                     setattr(np, name, fn)
-                _STATE["saved"] = {}
+                _STATE["saved"], _STATE["by_id"] = {}, {}

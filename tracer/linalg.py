@@ -17,7 +17,8 @@ Contract
   ``vector_norm``, ``amax``/``amin`` and ``svd``; ``svdvals`` the S of ``svd``.
 - Products (``mv`` ... ``einsum``) are re-exported from ``methods_linalg.py``.
 - ``qr``: ``mode='reduced'`` (any m, n; differentiable for wide matrices too,
-  as torch) and ``'complete'`` when m <= n (the same factorisation); ``svd``:
+  as torch) and ``'complete'`` (when m <= n the same factorisation; for m > n
+  ``linalg_qr.complete``, whose gradient raises as torch's does); ``svd``:
   ``full_matrices`` gives the full U / Vh of a non-square matrix (its gradient
   ignores the columns past min(m, n), as torch).
 """
@@ -130,10 +131,11 @@ def qr(A, mode="reduced"):
     _need("linalg.qr", A)
     if mode == "complete" and A.shape[-2] <= A.shape[-1]:
         mode = "reduced"   # Q is square already: the same factorisation
+    if mode == "complete":   # Q (m, m): a forward only (its yaml entry says why)
+        return QRResult(*apply("linalg_qr.complete", [A], {}))
     if mode != "reduced":
         raise GradjitError(f"linalg.qr: mode={mode!r} is not supported for shape "
-                           f"{tuple(A.shape)} (only 'reduced', and 'complete' when m <= n)",
-                           user_site())
+                           f"{tuple(A.shape)} (only 'reduced' and 'complete')", user_site())
     return QRResult(*apply("linalg_qr.default", [A], {}))
 
 

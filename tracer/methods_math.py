@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gradjit.tracer.dispatch import _py, apply, is_scalar, operands
 
 
@@ -65,7 +67,8 @@ class MathMethods:
         return apply("round.decimals", [self], {"decimals": int(decimals)})
 
     def logit(self, eps=None):
-        return apply("logit.default", [self], {"eps": None if eps is None else float(eps)})
+        x = self if np.dtype(self.dtype).kind == "f" else self.to(np.float64)   # (1 - x: no wrap)
+        return apply("logit.default", [x], {"eps": None if eps is None else float(eps)})
 
     def polygamma(self, n):
         if int(n) < 0:

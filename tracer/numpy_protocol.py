@@ -20,6 +20,7 @@ from gradjit.tracer import numpy_ufunc_methods
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.numpy_args import UnsupportedError  # noqa: F401  (raised here too)
 from gradjit.tracer.registry import user_site
+from gradjit.tracer.ufunc_dtypes import conform
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
@@ -35,7 +36,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                                                _ufunc_name(ufunc)))
     if fn is None or kwargs:
         _unsupported(_ufunc_name(ufunc) + (f" with {sorted(kwargs)}" if kwargs else ""))
-    return _fresh(fn(*inputs))
+    return _fresh(conform(ufunc, inputs, fn))   # NumPy's result dtype (tracer/ufunc_dtypes.py)
 
 
 def _ufunc_name(ufunc):

@@ -21,6 +21,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.numpy_args import _axis, _dtype, _keep, _unset
+from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
 
 
@@ -65,8 +66,9 @@ def _reducer(torch_name):
                 return (np_sum(select(m, a, 0), axis, keepdims=keep)
                         / np_sum(ArrayOps.to(m, a.dtype), axis, keepdims=keep))
             a = select(m, a, 0 if torch_name == "sum" else 1)
-        if _no_axes(axis):
-            out = a.clone()
+        if _no_axes(axis):   # no axis reduced, yet the sum's dtype (uint8 -> uint64)
+            dt = a.dtype if torch_name == "mean" else _sum_dtype(a.dtype)
+            out = a.clone() if dt == a.dtype else ArrayOps.to(a, dt)
         elif torch_name == "prod":
             out = _prod(a, axis, keep)
         else:

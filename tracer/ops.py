@@ -17,6 +17,7 @@ from gradjit.tracer import lazy_scipy
 from gradjit.tracer.registry import ShapeError, defop, user_site
 
 E, R, M, S, C = "elementwise", "reduction", "matmul", "shape", "composite"
+_F8 = np.dtype(np.float64)
 
 
 def _types_str(types):
@@ -61,9 +62,29 @@ def _ew(rule, name):
     return infer
 
 
+def _in_result_dtype(impl):
+    """A float op's reference run on integer operands cast to the op's result dtype first:
+    NumPy's own loop for int8 / uint8 / bool is float16 (np.log of uint8), whose rounding
+    the float64 result of the rule would keep, unlike the compiled code."""
+    def run(*arrays, **attrs):
+        for a in arrays:   # (a loop, no generator: eager tensors run this per op)
+            if getattr(a, "dtype", _F8).kind in "biu":
+                break
+        else:
+            return impl(*arrays, **attrs)
+        dt = _floaty([np.asarray(a) for a in arrays], attrs)
+        return impl(*[np.asarray(a).astype(dt) if np.asarray(a).dtype.kind in "biu" else a
+                      for a in arrays], **attrs)
+    return run
+
+
 def elementwise(schema, impl, rule="promote"):
     name = schema.split("(")[0]
-    return defop(schema, E, _ew(rule, name), impl)
+    if rule != "float":
+        return defop(schema, E, _ew(rule, name), impl)
+    op = defop(schema, E, _ew(rule, name), _in_result_dtype(impl))
+    op.float_math = True
+    return op
 
 
 # -- elementwise -------------------------------------------------------------
@@ -84,7 +105,8 @@ for _name, _fn, _rule in [
 
 
 def _axpy(a, b, alpha, sign=1):
-    return a + sign * b if alpha == 1 else a + sign * alpha * b
+    b = b if alpha == 1 else alpha * b
+    return a + b if sign == 1 else a - b   # (not a + -1 * b: -1 is no uint8, NEP 50)
 
 
 elementwise("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
@@ -157,8 +179,12 @@ def _reduced_shape(shape, dim, keepdim):
 
 
 def _sum_dtype(dt):
+    """NumPy's accumulator of sum / prod / cumsum / cumprod: bools and signed integers add up
+    in int64, unsigned integers in uint64, anything else in its own dtype."""
     dt = np.dtype(dt)
-    return np.dtype(np.int64) if dt.kind in "biu" else dt
+    if dt.kind == "u":
+        return np.dtype(np.uint64)
+    return np.dtype(np.int64) if dt.kind in "bi" else dt
 
 
 def _float_only(op, dt):

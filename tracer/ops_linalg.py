@@ -10,7 +10,9 @@ Contract
   needs it); results keep the input dtype. Batch dims of two-operand ops must
   already match: the front end (``tracer/linalg.py``) broadcasts them with
   ``expand`` first, and turns a vector right-hand side into a column.
-- ``linalg_qr`` is the reduced QR; ``linalg_svd`` the reduced SVD, or with
+- ``linalg_qr`` is the reduced QR, ``linalg_qr.complete`` NumPy's mode='complete' (the
+  front end uses it for m > n only: Q is (m, m), R (m, n); not differentiable, as in
+  torch); ``linalg_svd`` the reduced SVD, or with
   ``full_matrices`` (set by the front end for non-square inputs only) the full
   ``U`` (m, m) and ``Vh`` (n, n); ``linalg_eigh`` reads the lower triangle (as
   NumPy's default ``UPLO='L'``); ``linalg_solve_triangular`` reads only the
@@ -155,6 +157,16 @@ def _qr_infer(types, attrs):
 
 defop("linalg_qr(Tensor A) -> (Tensor Q, Tensor R)", K, _qr_infer,
       lambda a: tuple(np.linalg.qr(a, mode="reduced")))
+
+
+def _qr_complete_infer(types, attrs):
+    dt = _check("linalg_qr.complete", types, square=False)
+    *b, m, n = types[0].shape
+    return [(tuple(b) + (m, m), dt), (tuple(b) + (m, n), dt)]
+
+
+defop("linalg_qr.complete(Tensor A) -> (Tensor Q, Tensor R)", K, _qr_complete_infer,
+      lambda a: tuple(np.linalg.qr(a, mode="complete")))
 
 
 def _eigh_infer(types, attrs):

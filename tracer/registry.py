@@ -260,6 +260,10 @@ class OpDef:
     # What eager tensors run, when the runtime plugs in something other than ``impl``
     # (which stays the reference the interpreter and the tests compare against).
     eager: object = None
+    # Float math on any operand (exp, div, atan2 ...: the dtype rule "float"): integer and
+    # bool operands are cast to the float result dtype before the op's arithmetic, as in
+    # NumPy (1 - x or -x of a uint8 must not wrap around first).
+    float_math: bool = False
 
 
 OPS: dict[str, OpDef] = {}

@@ -32,15 +32,27 @@ class TracerValueError(GradjitError, TypeError):
     pass
 
 
+class TracerStoreError(GradjitError, ValueError):
+    """A traced value stored into a NumPy array (``out[i] = v``); a ValueError, as NumPy's.
+    Storing one element, NumPy replaces any error of the value's ``__float__`` by its own
+    "setting an array element with a sequence" (a traced value has ``__getitem__``: a
+    sequence to NumPy), so the error is also kept in ``PENDING_STORE`` for this thread,
+    and ``tracer/coercion.traced_numpy`` raises it in place of NumPy's."""
+
+
+PENDING_STORE = threading.local()   # .error: the last TracerStoreError of this thread
+
 _ADVICE = ("the value of a traced array is not known while gj.jit / gj.grad trace the function, so it "
            "cannot steer Python control flow ({what}). Use np.where(cond, a, b) (or gj.where) to "
            "select values, or mark the argument static with gj.jit(f, static_argnums=...) if it is a "
            "configuration value.")
 
 
-_STORE_ADVICE = ("a traced value cannot be stored into a NumPy array made outside the traced "
-                 "function or of an integer dtype (out[i] = v): make the array inside the "
-                 "function with np.zeros / np.empty / np.full of a float dtype or "
+_STORE_ADVICE = ("a traced value cannot be stored into a NumPy array (out[i] = v): this array "
+                 "was made outside the traced function, by a library, with an integer dtype, "
+                 "or by a zeros / empty / full name gradjit did not reach (bound outside the "
+                 "traced function's module and the user functions it calls). Make the array "
+                 "inside the function with np.zeros / np.empty / np.full of a float dtype or "
                  "np.zeros_like(x) (traced buffers you can assign into), or collect the values "
                  "in a list and np.stack them")
 
@@ -50,7 +62,7 @@ def _storing_into_array():
     f = _user_frame(2)
     if f is None:
         return False
-    return dis.opname[f.f_code.co_code[f.f_lasti]] == "STORE_SUBSCR"
+    return dis.opname[f.f_code.co_code[f.f_lasti]] in ("STORE_SUBSCR", "STORE_SLICE")
 
 
 class Tracer(NumpyMethods, ArrayOps):
@@ -68,7 +80,8 @@ class Tracer(NumpyMethods, ArrayOps):
 
     def _fail(self, what):
         if _storing_into_array():
-            raise TracerValueError(_STORE_ADVICE, user_site())
+            PENDING_STORE.error = TracerStoreError(_STORE_ADVICE, user_site())
+            raise PENDING_STORE.error
         raise TracerValueError(_ADVICE.format(what=what), user_site())
 
     def __bool__(self):
@@ -79,6 +92,9 @@ class Tracer(NumpyMethods, ArrayOps):
 
     def __int__(self):
         self._fail("int() of a traced array")
+
+    def __complex__(self):
+        self._fail("complex() of a traced array")
 
     def __index__(self):
         self._fail("a traced array used as an index or size")

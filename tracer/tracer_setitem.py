@@ -19,8 +19,11 @@ Contract
 - Views are tracked by tracer object (weak references: a view no name holds is
   not recomputed), so copies (``x.copy()``, ``np.array(x)``) are independent and
   ``np.asarray(x)`` is ``x``.
-- An index that is itself traced (other than the mask above) raises: its
-  positions are not known while tracing.
+- A traced integer index (an array or scalar, with slices, '...' and ints beside it:
+  ``y[idx] = v``, ``y[:, idx] = v``) assigns with NumPy's semantics, out-of-range
+  values raising IndexError when the code runs (``tracer/setitem_traced.py``); other
+  traced indices (inside lists, two traced arrays) raise: their positions are not
+  known while tracing.
 - While a transform traces, ``np.zeros`` / ``np.ones`` / ``np.empty`` /
   ``np.full`` of a floating dtype called by the user's code return traced
   constants (``buffer``, wired by ``tracer/coercion.py``), so ``out =
@@ -33,6 +36,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.setitem_traced import assign_along, traced_axis
 
 # Graph ops whose NumPy counterpart may return a view of its input.
 VIEW_OPS = frozenset({"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
@@ -114,6 +118,13 @@ def setitem(x, index, value):
         new = where(index, value if isinstance(value, Tracer) else x._const(
             np.asarray(value, x.dtype)), x).astype(x.dtype)
     else:
+        found = traced_axis(x, index, Tracer)
+        if found is not None:   # a traced integer index (tracer/setitem_traced.py)
+            basic, axis, idx = found
+            whole = all(e == slice(None) for e in basic)
+            sub = x if whole else x[basic]   # (a view: the write goes through to x)
+            _write(sub, assign_along(sub, axis, idx, value).value, x.graph.view_tree)
+            return
         index = tuple(_concrete(i, Tracer) for i in index) if isinstance(index, tuple) else \
             _concrete(index, Tracer)
         new = _assigned(x, index, value)

@@ -6,6 +6,7 @@ program containing it matches central finite differences (interpreted mode,
 tensor API and ``gj.grad``). Adding a yaml entry without a case in ``CASES``
 fails the test.
 """
+import re
 import zlib
 from dataclasses import dataclass, field
 
@@ -246,6 +247,7 @@ CASES = {
     "linalg_solve_triangular.default": C(lambda a, b: gj.linalg.solve_triangular(
         a + np.eye(3) * 3, b, upper=True), U(3, 3), U(3, 2)),
     "linalg_qr.default": C(lambda a: gj.linalg.qr(a + np.eye(3) * 3), U(3, 3)),
+    "linalg_qr.complete": C(lambda a: gj.linalg.qr(a, mode="complete"), U(4, 2)),
     "linalg_eigh.default": C(lambda a: gj.linalg.eigh(a + a.mT + np.diag([0.0, 3.0, 6.0]))[0],
                              U(3, 3)),
     "linalg_svd.default": C(lambda a: gj.linalg.svdvals(a + np.diag([1.0, 3.0, 5.0])), U(3, 3)),
@@ -307,6 +309,16 @@ def test_yaml_entry(op_name, item, interpreted):
     g, tracers, _ = trace(arrays)
     g.outputs = [o.value for o in _outputs(case.fn(*tracers))]
     assert op_name in {n.op for n in g.nodes}, f"case for {op_name} does not record it:\n{g}"
+
+    if all(entry.schema.tensor_args[i] in entry.not_implemented for i in diff):
+        # not differentiable (linalg_qr.complete): both ways in raise the entry's reason
+        reason = entry.not_implemented[entry.schema.tensor_args[diff[0]]]
+        ts = [gj.tensor(a, requires_grad=True) for a in arrays]
+        with pytest.raises(gj.GradjitError, match="not implemented .*" + re.escape(reason[:30])):
+            sum(o.sum() for o in _outputs(case.fn(*ts))).backward()
+        with pytest.raises(gj.GradjitError, match="not implemented .*" + re.escape(reason[:30])):
+            gj.grad(lambda *xs: sum(o.sum() for o in _outputs(case.fn(*xs))))(*arrays)
+        return
 
     weights = _weights(case, arrays)
     f = _forward_np(case, dtypes, weights)

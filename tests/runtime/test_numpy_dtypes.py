@@ -1,0 +1,169 @@
+"""NumPy's result dtypes (and the values computed in them), compiled and interpreted.
+
+The conformance table (tests/conformance) checks these on the interpreter; here the same
+rules run through the Numba code generator too (the ``executor`` fixture), in ``gj.jit``,
+``gj.grad`` and tensor mode:
+
+- float ufuncs of int8 / uint8 / bool give float16, of int16 / uint16 float32 (NumPy's
+  smallest float loop; Numba has no float16, so such a graph runs on the interpreter);
+- np.reciprocal of integers is integer, np.square of bool int8;
+- sum / prod / cumsum / cumprod of unsigned integers accumulate in uint64;
+- scipy.special.xlogy(float32 array, Python float) is float64 (SciPy's loop);
+- np.linalg.qr(a, mode='complete') of a tall matrix: NumPy's (m, m) Q, and a gradient
+  that raises a GradjitError saying why.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special as sp
+
+import gradjit as gj
+from gradjit.runtime.compiler import holds_float16
+from gradjit.tracer.trace import trace
+from tests.fd import numerical_grad
+
+_X = np.array([[1, 2, 3], [4, 5, 7]])
+
+
+def _same(got, want, rtol=1e-12):
+    got = np.asarray(got)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype)
+    if want.dtype.kind == "f" and want.dtype.itemsize < 8:
+        rtol = 1e-3 if want.dtype.itemsize == 2 else 1e-6
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                               equal_nan=True)
+
+
+_FLOAT_UFUNCS = [np.exp, np.log, np.sqrt, np.sin, np.tanh, np.log1p, np.arctan, np.cbrt,
+                 np.rint, np.deg2rad, sp.expit, sp.erf, sp.logit]
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.bool_, np.int16, np.uint16, np.int32])
+@pytest.mark.parametrize("uf", _FLOAT_UFUNCS, ids=lambda u: u.__name__)
+def test_float_ufuncs_of_narrow_integers(uf, dt, executor):
+    x = _X.astype(dt)
+    with np.errstate(all="ignore"):
+        want = uf(x)
+        _same(gj.jit(lambda a: uf(a))(x), want)
+        _same(uf(gj.tensor(x)), want)
+
+
+@pytest.mark.parametrize("dt", [np.int64, np.int32, np.int8, np.uint8, np.uint16, np.bool_])
+def test_reciprocal_of_integers_is_integer(dt, executor):
+    x = np.array([[-2, -1, 1], [2, 3, 1]]).astype(dt) if dt != np.bool_ else _X > 2
+    want = np.reciprocal(x)
+    _same(gj.jit(lambda a: np.reciprocal(a))(x), want)
+    _same(np.reciprocal(gj.tensor(x)), want)
+    # the float reciprocal (and 1 / x of integers) is unchanged
+    _same(gj.jit(lambda a: 1 / a)(x), 1 / x)
+    _same(gj.jit(lambda a: np.reciprocal(a * 0.5))(x), np.reciprocal(x * 0.5))
+
+
+def test_square_of_bool_and_binary_ufuncs_of_narrow_integers(executor):
+    b = _X > 2
+    _same(gj.jit(lambda a: np.square(a))(b), np.square(b))
+    u, i8 = _X.astype(np.uint8), _X.astype(np.int8)
+    for f in (np.arctan2, np.hypot, np.logaddexp, np.power, np.divide):
+        _same(gj.jit(lambda a, c: f(a, c))(u, i8), f(u, i8))
+    _same(gj.jit(lambda a: np.multiply(a, np.float32(1.5)))(i8), np.multiply(i8, np.float32(1.5)))
+    _same(gj.jit(lambda a: a - np.full(3, 4, np.uint8))(u), u - np.full(3, 4, np.uint8))
+    _same(gj.jit(lambda a: np.heaviside(a - 3, np.full(3, 0.5)))(i8),
+          np.heaviside(i8 - 3, np.full(3, 0.5)))
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.bool_])
+def test_sum_prod_cumsum_accumulators(dt, executor):
+    x = _X.astype(dt)
+    for f in (np.sum, lambda a: np.sum(a, axis=1), lambda a: np.prod(a, axis=0), np.prod,
+              np.cumsum, lambda a: np.cumprod(a, axis=1), lambda a: np.sum(a, axis=()),
+              lambda a: np.add.reduce(a), lambda a: a.sum(0)):
+        want = f(x)
+        _same(gj.jit(f)(x), want)
+        _same(f(gj.tensor(x)), want)
+
+
+def test_xlogy_float32_with_python_float(executor):
+    x = np.array([0.0, 0.5, 2.0], np.float32)
+    for f in (lambda a: sp.xlogy(a, 1.7), lambda a: sp.xlogy(a, np.float32(1.7)),
+              lambda a: sp.xlogy(1.7, a + 1)):
+        _same(gj.jit(f)(x), f(x), rtol=1e-6)
+        _same(f(gj.tensor(x)), f(x), rtol=1e-6)
+
+
+def test_gradient_through_a_float16_intermediate(executor):
+    u, w = np.array([1, 2, 3], np.uint8), np.array([0.5, -1.5, 2.0])
+
+    def f(w, u):
+        return (w * np.exp(u) + np.sqrt(u) * w ** 2).sum()
+
+    assert np.exp(u).dtype == np.float16
+    np.testing.assert_allclose(gj.jit(f)(w, u), f(w, u), rtol=1e-12)
+    fd = numerical_grad(lambda w: f(w, u), [w], 0)   # (NumPy's f: float16 exp and sqrt)
+    np.testing.assert_allclose(gj.grad(f)(w, u), fd, rtol=1e-7)
+    t = gj.tensor(w, requires_grad=True)
+    f(t, u).backward()
+    np.testing.assert_allclose(np.asarray(t.grad), fd, rtol=1e-7)
+
+
+def test_float16_graphs_run_on_the_interpreter():
+    g, (t,), _ = trace([np.ones(3, np.uint8)])
+    g.outputs = [np.exp(t).value]
+    assert holds_float16(g)
+    g, (t,), _ = trace([np.ones(3, np.int32)])
+    g.outputs = [np.exp(t).value]
+    assert not holds_float16(g)
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (2, 5, 3), (3, 1), (3, 0), (3, 3), (2, 4)])
+def test_qr_complete_forward(shape, executor):
+    a = np.random.default_rng(3).standard_normal(shape)
+    q, r = gj.jit(lambda a: np.linalg.qr(a, mode="complete"))(a)
+    q0, r0 = np.linalg.qr(a, mode="complete")
+    _same(q, q0)
+    _same(r, r0)
+    qt, rt = np.linalg.qr(gj.tensor(a), mode="complete")
+    _same(np.asarray(qt), q0)
+    _same(np.asarray(rt), r0)
+    # Q's square part still carries a gradient when the matrix is not tall
+    if shape[-2] <= shape[-1] and 0 not in shape:
+        g = gj.grad(lambda a: (np.linalg.qr(a, mode="complete")[1] ** 2).sum())(a)
+        fd = numerical_grad(lambda a: np.linalg.qr(a, mode="complete")[1] ** 2, [a], 0)
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_qr_complete_of_a_tall_matrix_has_no_gradient(executor):
+    a = np.random.default_rng(4).standard_normal((4, 2))
+    why = r"mode='complete'\) is not differentiable when A has more rows than columns"
+    with pytest.raises(gj.GradjitError, match=why) as e:
+        gj.grad(lambda a: np.linalg.qr(a, mode="complete")[1].sum())(a)
+    assert "test_numpy_dtypes.py" in str(e.value)   # the user's line
+    t = gj.tensor(a, requires_grad=True)
+    with pytest.raises(gj.GradjitError, match=why):
+        np.linalg.qr(t, mode="complete")[0].sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the reduced mode is differentiable as before
+        g = gj.grad(lambda a: np.linalg.qr(a)[1].sum())(a)
+    np.testing.assert_allclose(g, numerical_grad(lambda a: np.linalg.qr(a)[1], [a], 0),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_float_math_on_unsigned_operands_does_not_wrap(executor):
+    # -x and 1 - x of a uint8 wrap around; NumPy casts to the float loop first
+    u8, u32 = _X.astype(np.uint8), _X.astype(np.uint32)
+    for f, x in [(sp.expit, u8), (lambda a: np.logaddexp(a, -a), u32),
+                 (lambda a: np.exp(-a), u8), (lambda a: sp.logit(a / 8), u8)]:
+        with np.errstate(all="ignore"):
+            _same(gj.jit(f)(x), f(x))
+
+
+def test_where_promotes_python_scalars_as_numpy(executor):
+    u, b = _X.astype(np.uint8), _X > 2
+    for f in (lambda c, a: np.where(c, a, 0.5), lambda c, a: np.where(c, 2.5, a),
+              lambda c, a: np.where(c, a, 3), lambda c, a: np.where(c, 1.0, 0),
+              lambda c, a: np.where(c, a * 1.0, np.float32(2))):
+        _same(gj.jit(f)(b, u), f(b, u))
+    x32 = _X.astype(np.float32)
+    _same(gj.jit(lambda c, a: np.where(c, a, 0.5))(b, x32), np.where(b, x32, 0.5))
