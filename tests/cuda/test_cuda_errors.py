@@ -52,11 +52,25 @@ def test_cpu_tensors_report_cpu():
     assert t.cpu() is t and t.to("cpu") is t and t.to(np.float32).dtype == np.float32
 
 
+def test_regions_are_refused_on_cuda():
+    from gradjit.runtime.cuda import compile_graph_cuda
+    from gradjit.tracer.control_flow import scan
+    from gradjit.tracer.trace import trace
+    from gradjit.tracer.coercion import traced_numpy
+    g, (x,), _ = trace([np.ones(3)])
+    with traced_numpy(g):
+        g.outputs = [scan(lambda c, _: (c * 2.0, None), x, None, length=3)[0].value]
+    with pytest.raises(gj.GradjitError, match="CPU only"):
+        compile_graph_cuda(g)
+
+
 def test_coverage_lists_cuda_for_every_entry():
     from gradjit.runtime.coverage import cuda_cpu_only, report, rows
     table = rows()
     assert all(r.cuda for r in table if r.cpu), [r.op for r in table if r.cpu and not r.cuda]
-    assert cuda_cpu_only() == set()
+    # loops and branches with bodies are CPU-only for now; device="cuda" refuses them clearly
+    from gradjit.tracer.control_flow import REGION_OPS
+    assert cuda_cpu_only() == set(REGION_OPS)
     text = report(table)
     assert " cuda " in text.splitlines()[0] and "CUDA code generation" in text.splitlines()[-1]
 
