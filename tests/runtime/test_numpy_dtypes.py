@@ -21,7 +21,7 @@ import pytest
 import scipy.special as sp
 
 import gradjit as gj
-from gradjit.runtime.compiler import holds_float16
+from gradjit.runtime.tiers import holds_float16
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
 
