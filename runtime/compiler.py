@@ -371,19 +371,10 @@ def gc_paused():
             gc.enable()
 
 
-def holds_float16(graph):
-    """Does ``graph`` hold a float16 value (NumPy's result of np.exp of uint8 & co.)? Numba's
-    CPU target has no float16 type, so such a graph runs on the interpreter (NumPy's own
-    float16 loops: its values are NumPy's exactly)."""
-    f2 = np.dtype(np.float16)
-    return (any(v.dtype == f2 for v in graph.inputs)
-            or any(o.dtype == f2 for n in graph.nodes for o in n.outputs))
-
-
 def compile_graph(graph, batched=None):
     """An executable for ``graph``; with ``batched`` (input indices), those inputs carry a
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
-    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy" or holds_float16(graph):
+    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy" or tiers.holds_float16(graph):
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
     if batched is None:
         if tiers.mode() == "never":

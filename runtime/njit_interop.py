@@ -34,7 +34,7 @@ from numba.core.errors import TypingError
 from numba.extending import overload, typeof_impl
 
 from gradjit.runtime import threads, tiers
-from gradjit.runtime.compiler import Executable, holds_float16
+from gradjit.runtime.compiler import Executable
 from gradjit.tracer.registry import GradjitError
 
 
@@ -87,7 +87,7 @@ def numba_callable(t):
         raise GradjitError(f"{_name(t)}: a CUDA transform cannot be called from @njit code")
     entries = _entries(t)
     if not entries:
-        half = any(holds_float16(tiers.settled(e[0]).graph) for e in list(t._compiled.values()))
+        half = any(tiers.holds_float16(tiers.settled(e[0]).graph) for e in list(t._compiled.values()))
         raise GradjitError(
             f"{_name(t)}: nothing compiled that @njit code can call. Call it once from Python "
             f"with plain arrays (or {type(t).__name__}.compile_for(*examples)) first: @njit "

@@ -6,6 +6,8 @@ Contract
   or ``"never"`` (stay on the interpreter), from ``set_tiering(mode)``, else
   ``$GRADJIT_TIERING``. ``forced("sync")`` overrides it for the calling thread (code
   that needs compiled code now: ``compile_for``, ``gj.explain``).
+- ``holds_float16(graph)``: such a graph runs on the interpreter only (Numba has no
+  float16; ``runtime/compiler.compile_graph`` asks).
 - ``wants_background(graph)``: background mode, and the structure's generated source is
   not on disk (a warm cache loads in milliseconds: it is loaded, not tiered).
 - ``Tiered(graph, build)``: ``exe(arrays)`` returns what the compiled executable returns,
@@ -30,6 +32,8 @@ import logging
 import os
 import threading
 import time
+
+import numpy as np
 
 MODES = ("background", "sync", "never")
 SLOW_S = 10.0
@@ -67,6 +71,15 @@ class forced:
 
     def __exit__(self, *exc):
         _LOCAL.mode = self.prev
+
+
+def holds_float16(graph):
+    """Does ``graph`` hold a float16 value (NumPy's result of np.exp of uint8 & co.)? Numba's
+    CPU target has no float16 type, so such a graph stays on the interpreter (NumPy's own
+    float16 loops: its values are NumPy's exactly)."""
+    f2 = np.dtype(np.float16)
+    return (any(v.dtype == f2 for v in graph.inputs)
+            or any(o.dtype == f2 for n in graph.nodes for o in n.outputs))
 
 
 def wants_background(graph):

@@ -21,7 +21,7 @@ import pytest
 import scipy.special as sp
 
 import gradjit as gj
-from gradjit.runtime.compiler import holds_float16
+from gradjit.runtime.tiers import holds_float16
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
 
@@ -54,12 +54,13 @@ def test_float_ufuncs_of_narrow_integers(uf, dt, executor):
 @pytest.mark.parametrize("dt", [np.int64, np.int32, np.int8, np.uint8, np.uint16, np.bool_])
 def test_reciprocal_of_integers_is_integer(dt, executor):
     x = np.array([[-2, -1, 1], [2, 3, 1]]).astype(dt) if dt != np.bool_ else _X > 2
-    want = np.reciprocal(x)
-    _same(gj.jit(lambda a: np.reciprocal(a))(x), want)
-    _same(np.reciprocal(gj.tensor(x)), want)
-    # the float reciprocal (and 1 / x of integers) is unchanged
-    _same(gj.jit(lambda a: 1 / a)(x), 1 / x)
-    _same(gj.jit(lambda a: np.reciprocal(a * 0.5))(x), np.reciprocal(x * 0.5))
+    with np.errstate(divide="ignore", invalid="ignore"):   # (1 / False)
+        want = np.reciprocal(x)
+        _same(gj.jit(lambda a: np.reciprocal(a))(x), want)
+        _same(np.reciprocal(gj.tensor(x)), want)
+        # the float reciprocal (and 1 / x of integers) is unchanged
+        _same(gj.jit(lambda a: 1 / a)(x), 1 / x)
+        _same(gj.jit(lambda a: np.reciprocal(a * 0.5))(x), np.reciprocal(x * 0.5))
 
 
 def test_square_of_bool_and_binary_ufuncs_of_narrow_integers(executor):
