@@ -31,6 +31,7 @@ from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer import pytree
+from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import reachable, rng_guard
@@ -282,6 +283,7 @@ class jit(_Transformed):
     def _trace_body(self, g, call, arg_values):
         vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
         g.outputs = vals
+        fold_loops(g)   # (rewires g.outputs)
         return tree
 
     def _unpack(self, tree, results):
@@ -346,6 +348,13 @@ class value_and_grad(_Transformed):
                                f"the output is {out.value.type_str()}", out.value.node.site
                                if out.value.node is not None else None)
         g = out.graph
+        # Python loops the trace unrolled become scans before the adjoint is built on them
+        held = [x for x in pytree.flatten(aux)[0] if isinstance(x, Tracer)]
+        moved = fold_loops(g, [out.value] + [x.value for x in held])
+        if moved:
+            out = Tracer(g, moved.get(out.value, out.value))
+            aux = pytree.map_leaves(lambda x: Tracer(g, moved.get(x.value, x.value))
+                                    if isinstance(x, Tracer) else x, aux)
         seed = apply("ones_like.default", [out], {})
         grads = adjoint(g, [out.value], [seed.value], [a.value for a in wrt],
                         {"custom_function": custom_rule(None, None)})

@@ -1,0 +1,268 @@
+"""Python loops a trace unrolled, folded back into ``scan`` region nodes.
+
+Contract
+- ``fold_loops(graph, roots=()) -> {old Value: new Value}`` rewrites ``graph`` in place
+  (its inputs and constants kept; constant inputs may be added) so that each long run of
+  repeated steps becomes one ``scan`` node (tracer/control_flow.py) whose body is one step:
+  the compiled module, and the adjoint built on it, then follow the step, not the trip
+  count. ``roots`` are values the caller still holds (the loss, aux results); the
+  returned map says where each one moved (a value not in it did not move).
+- A *run* is ``T >= MIN_STEPS`` consecutive copies of a ``P``-node step, ``T * P >=
+  MIN_NODES``, whose nodes match op for op (ops, attributes, types) and whose every input
+  is, in every step: *local* (made earlier in the same step), *carried* (made by the
+  previous step at a fixed place; the first step reads a value from before the run),
+  *invariant* (one value from before the run), a *constant* per step of one type (the
+  constants are stacked into one new constant input), or a *slice* ``x[a + b*k]`` of one
+  value from before the run (``slice.Tensor`` of width 1, the only attribute allowed to
+  vary: the slices become one strided slice before the scan). Values of a step read
+  after the run are the scan's outputs: the last step's carried values, or stacked
+  per-step results sliced again where they are read. Anything else leaves the graph as
+  it is, so folding never changes what is computed, only its shape.
+- Only the forward graph is folded (before the adjoint), so reverse mode is the scan's
+  reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from gradjit.tracer.control_flow import Region
+from gradjit.tracer.ir import Graph, _key_attr
+from gradjit.tracer.api import apply
+from gradjit.tracer.trace import Tracer
+
+MIN_STEPS = 3     # a loop of fewer steps stays unrolled
+MIN_NODES = 256   # nodes a run must span: smaller unrolled runs compile about as fast as a scan
+_VARYING = {"slice.Tensor": ("start", "end")}   # attributes a step may vary (x[t])
+
+
+def _sig(node):
+    skip = _VARYING.get(node.op, ())
+    return (node.op, tuple((k, _key_attr(a)) for k, a in node.attrs.items() if k not in skip),
+            tuple((v.shape, v.dtype.str) for v in node.outputs),
+            tuple((v.shape, v.dtype.str) for v in node.inputs))
+
+
+class _Reject(Exception):
+    pass
+
+
+def fold_loops(graph, roots=()):
+    moved = {}
+    if len(graph.nodes) < MIN_NODES or os.environ.get("GRADJIT_FOLD_LOOPS", "1") == "0":
+        return moved
+    sigs = {}
+    ids = [sigs.setdefault(_sig(n), len(sigs)) for n in graph.nodes]
+    i = 0
+    while i < len(graph.nodes):
+        run = _find_run(ids, i)
+        if run is not None:
+            p, t = run
+            try:
+                size, new = _fold(graph, i, p, t, roots)
+            except _Reject:
+                size = None
+            if size is not None:
+                moved.update({k: new.get(v, v) for k, v in moved.items()})
+                moved.update({k: v for k, v in new.items() if k not in moved})
+                roots = [moved.get(r, r) for r in roots]
+                ids[i:i + p * t] = [-1] * size   # (new nodes never start a run)
+                i += size
+                continue
+        i += 1
+    return moved
+
+
+def _find_run(ids, i):
+    """``(P, T)`` of the longest-spanning run of repeats starting at ``i``, or None."""
+    n, best = len(ids), None
+    j = i + 1
+    for _ in range(8):   # the next few places the same node recurs: candidate periods
+        try:
+            j = ids.index(ids[i], j, n)
+        except ValueError:
+            break
+        p = j - i
+        t = 1
+        while i + (t + 1) * p <= n and ids[i + t * p:i + (t + 1) * p] == ids[i:i + p]:
+            t += 1
+        if t >= MIN_STEPS and p * t >= MIN_NODES and (best is None or p * t > best[0] * best[1]):
+            best = (p, t)
+        j += 1
+    return best
+
+
+def _fold(graph, s, p, t, roots):
+    nodes = graph.nodes
+    steps = [nodes[s + k * p:s + (k + 1) * p] for k in range(t)]
+    where = {}   # Value -> (step, node index in step, output index)
+    for k, step in enumerate(steps):
+        for j, node in enumerate(step):
+            for o, v in enumerate(node.outputs):
+                where[v] = (k, j, o)
+    before = set(graph.inputs) | {v for n in nodes[:s] for v in n.outputs}
+    # -- classify every input of the step ---------------------------------------------------
+    feeds = {}      # (j, m) -> ("local", j', o) | ("carry", j', o, init) | ("inv", v) | ...
+    for j in range(p):
+        for m in range(len(steps[0][j].inputs)):
+            us = [steps[k][j].inputs[m] for k in range(t)]
+            feeds[(j, m)] = _classify(graph, us, where, before, j, steps)
+    for j in range(p):   # attributes may vary only where the input is an x[a + b*k] slice
+        n0 = steps[0][j]
+        if n0.op in _VARYING and any(steps[k][j].attrs != n0.attrs for k in range(t)):
+            if feeds[(j, 0)][0] != "inv" or not _affine_slice(steps, j):
+                raise _Reject
+            feeds[("slice", j)] = ("slice",)
+    # -- who reads step values from outside the run -------------------------------------------
+    after = nodes[s + p * t:]
+    outside = {}    # (j, o) -> set of steps k whose value is read after the run
+    for node in after:
+        for v in node.inputs:
+            if v in where:
+                k, j, o = where[v]
+                outside.setdefault((j, o), set()).add(k)
+    keep = list(graph.outputs) + list(roots) + [u[1] for u in graph.running_updates]
+    for v in keep:
+        if v in where:
+            k, j, o = where[v]
+            outside.setdefault((j, o), set()).add(k)
+    return _rewrite(graph, s, p, t, steps, feeds, outside)
+
+
+def _classify(graph, us, where, before, j, steps):
+    w0 = where.get(us[0])
+    if w0 is not None:
+        if w0[0] == 0 and w0[1] < j and all(where.get(u) == (k, w0[1], w0[2])
+                                           for k, u in enumerate(us)):
+            return ("local", w0[1], w0[2])
+        raise _Reject   # (a value of another step, read at no fixed place)
+    if us[0] not in before:
+        raise _Reject
+    if len(us) > 1 and us[1] in where:
+        w1 = where[us[1]]
+        if w1[0] == 0 and all(where.get(u) == (k - 1, w1[1], w1[2])
+                              for k, u in enumerate(us) if k):
+            return ("carry", w1[1], w1[2], us[0])
+        raise _Reject
+    if all(u is us[0] for u in us):
+        return ("inv", us[0])
+    if all(u in before and u in graph.constants for u in us):
+        arrays = [graph.constants[u] for u in us]
+        if all(np.array_equal(a, arrays[0]) and a.dtype == arrays[0].dtype for a in arrays):
+            return ("inv", us[0])
+        return ("const", us)
+    raise _Reject
+
+
+def _affine_slice(steps, j):
+    a = [steps[k][j].attrs for k in range(len(steps))]
+    if a[0]["step"] != 1 or any(x["end"] - x["start"] != 1 for x in a):
+        return False
+    if any(x["start"] is None or x["start"] < 0 for x in a):
+        return False
+    b = a[1]["start"] - a[0]["start"]
+    return b > 0 and all(x["start"] == a[0]["start"] + k * b for k, x in enumerate(a))
+
+
+def _rewrite(graph, s, p, t, steps, feeds, outside):
+    first = steps[0]
+    mark = len(graph.nodes)
+    body = Graph(f"{graph.name}.loop")
+    carry_in = {}   # (step node, output) -> (None, the first step's value from before)
+    for (j, m), f in sorted(((k, f) for k, f in feeds.items() if k[0] != "slice"),
+                            key=lambda kv: kv[0]):
+        if f[0] == "carry":
+            key = (f[1], f[2])
+            if key in carry_in and carry_in[key][1] is not f[3]:
+                raise _Reject   # one carried value, two different first values
+            carry_in.setdefault(key, (None, f[3]))
+    carries = list(carry_in)
+    for j, o in carries:
+        v, init = first[j].outputs[o], carry_in[(j, o)][1]
+        if (v.shape, v.dtype) != (init.shape, init.dtype):
+            raise _Reject   # (the loop changes the carried value's type: unrolled it stays)
+    c_vals = {key: body.add_input(first[key[0]].outputs[key[1]].shape,
+                                  first[key[0]].outputs[key[1]].dtype) for key in carries}
+    x_vals, x_outer = {}, []
+    for j, node in enumerate(first):   # x[a + b*k] slices and per-step constants
+        if ("slice", j) in feeds:
+            x_vals[("slice", j)] = body.add_input(node.outputs[0].shape, node.outputs[0].dtype)
+            x_outer.append(_stacked_slice(graph, steps, j))
+    for (j, m), f in sorted(feeds.items(), key=lambda kv: str(kv[0])):
+        if f[0] == "const" and (j, m) not in x_vals:
+            v = first[j].inputs[m]
+            x_vals[(j, m)] = body.add_input(v.shape, v.dtype)
+            stacked = np.stack([graph.constants[u] for u in f[1]])
+            nv = graph.add_input(stacked.shape, stacked.dtype)
+            graph.constants[nv] = stacked
+            x_outer.append(nv)
+    cap_vals = {}
+    vmap = {}
+    for j, node in enumerate(first):
+        if ("slice", j) in feeds:
+            vmap[node.outputs[0]] = x_vals[("slice", j)]
+            continue
+        ins = []
+        for m, u in enumerate(node.inputs):
+            f = feeds[(j, m)]
+            if f[0] == "local":
+                ins.append(vmap[first[f[1]].outputs[f[2]]])
+            elif f[0] == "carry":
+                ins.append(c_vals[(f[1], f[2])])
+            elif f[0] == "const":
+                ins.append(x_vals[(j, m)])
+            else:
+                v = f[1]
+                if v not in cap_vals:
+                    cap_vals[v] = body.add_input(v.shape, v.dtype)
+                ins.append(cap_vals[v])
+        outs = body.add_node(node.op, ins, node.attrs, [(v.shape, v.dtype) for v in node.outputs],
+                             node.site)
+        vmap.update(zip(node.outputs, outs))
+    # body outputs: next carries, then per-step values read after the run
+    ys = [key for key in sorted(outside) if not (key in carry_in and outside[key] == {t - 1})]
+    body.inputs = [c_vals[k] for k in carries] + list(x_vals.values()) + list(cap_vals.values())
+    body.outputs = ([vmap[first[j].outputs[o]] for j, o in carries]
+                    + [vmap[first[j].outputs[o]] for j, o in ys])
+    nc = len(carries)
+    types = ([(v.shape, v.dtype) for v in body.outputs[:nc]]
+             + [((t,) + v.shape, v.dtype) for v in body.outputs[nc:]]
+             + [((t,) + v.shape, v.dtype) for v in body.inputs[:nc]])
+    graph.site_override = first[0].site
+    try:
+        outs = graph.add_node("scan.default", [carry_in[k][1] for k in carries] + x_outer
+                              + list(cap_vals), {"body": Region(body), "n_carry": nc,
+                                                 "n_x": len(x_vals), "length": t,
+                                                 "reverse": False},
+                              types, first[0].site)
+        new = {}   # old Value (a step's) -> new Value after the run
+        for i, key in enumerate(carries):
+            if t - 1 in outside.get(key, ()):
+                new[steps[t - 1][key[0]].outputs[key[1]]] = outs[i]
+        for i, (j, o) in enumerate(ys):
+            stacked = Tracer(graph, outs[nc + i])
+            for k in sorted(outside[(j, o)]):
+                new[steps[k][j].outputs[o]] = stacked[k].value
+    finally:
+        graph.site_override = None
+    added = graph.nodes[mark:]
+    rest = graph.nodes[s + p * t:mark]
+    for node in rest:
+        node.inputs = [new.get(v, v) for v in node.inputs]
+    graph.outputs = [new.get(v, v) for v in graph.outputs]
+    graph.running_updates = [(a, new.get(b, b), c) for a, b, c in graph.running_updates]
+    graph.nodes = graph.nodes[:s] + added + rest
+    return len(added), new
+
+
+def _stacked_slice(graph, steps, j):
+    """One value of shape ``(T,) + slice shape``: the steps' ``x[a + b*k]`` slices."""
+    a = [steps[k][j].attrs for k in range(len(steps))]
+    d, lo = a[0]["dim"], a[0]["start"]
+    b = a[1]["start"] - lo if len(a) > 1 else 1
+    x = Tracer(graph, steps[0][j].inputs[0])
+    sl = apply("slice.Tensor", [x], {"dim": d, "start": lo, "end": a[-1]["start"] + 1, "step": b})
+    sl = apply("unsqueeze.default", [sl], {"dim": d + 1})
+    perm = [d] + [i for i in range(sl.value.ndim) if i != d]
+    return apply("permute.default", [sl], {"dims": tuple(perm)}).value
