@@ -9,6 +9,7 @@ from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import traced_numpy
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.trace import trace
+from tests.counters import lines_and_compiles
 from tests.fd import numerical_grad
 
 
@@ -83,16 +84,9 @@ def test_compiled_module_follows_the_step_not_the_trip_count(rng):
             total = total + (h * h).sum()
         return total
     w = rng.normal(size=4)
-    lines, compiles = [], []
-    for steps in (40, 400):
-        xs = rng.normal(size=(steps, 4))
-        src = gj.explain(gj.grad(loss), w, xs).split("== generated source ==")[1]
-        lines.append(len(src.split("== what runs ==")[0].splitlines()))
-        before = gj.stats()["compiles"]
-        gj.grad(loss)(w, xs)
-        compiles.append(gj.stats()["compiles"] - before)
-    assert lines[0] == lines[1]
-    assert compiles[0] == compiles[1] <= 1
+    (l1, c1), (l2, c2) = [lines_and_compiles(lambda: gj.grad(loss), w, rng.normal(size=(t, 4)))
+                          for t in (40, 400)]
+    assert l1 == l2 and c1 == c2 <= 1
 
 
 def test_switch_turns_folding_off(rng, monkeypatch):

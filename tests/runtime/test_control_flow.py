@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.counters import lines_and_compiles
 from tests.fd import numerical_grad
 
 
@@ -153,16 +154,9 @@ def test_module_and_compiles_do_not_grow_with_length(rng):
         (y, z), e = gj.scan(step, (np.ones(8), np.ones(8) * 0.5), xs)
         return (y ** 2).sum() + e.sum()
     w = np.array([1.1, 0.4])
-    sizes, compiles = [], []
-    for t in (10, 1000):
-        xs = rng.normal(size=(t, 8)) * 0.1
-        src = gj.explain(gj.grad(loss), w, xs).split("== generated source ==")[1]
-        sizes.append(len(src.split("== what runs ==")[0].splitlines()))
-        before = gj.stats()["compiles"]
-        gj.grad(loss)(w, xs)
-        compiles.append(gj.stats()["compiles"] - before)
-    assert sizes[0] == sizes[1]
-    assert compiles[0] == compiles[1] <= 1
+    (l1, c1), (l2, c2) = [lines_and_compiles(lambda: gj.grad(loss), w,
+                                             rng.normal(size=(t, 8)) * 0.1) for t in (10, 1000)]
+    assert l1 == l2 and c1 == c2 <= 1
 
 
 def test_errors_name_the_problem():
