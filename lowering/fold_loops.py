@@ -54,42 +54,54 @@ def fold_loops(graph, roots=()):
         return moved
     sigs = {}
     ids = [sigs.setdefault(_sig(n), len(sigs)) for n in graph.nodes]
+    nxt = _next_same(ids)
     i = 0
-    while i < len(graph.nodes):
-        run = _find_run(ids, i)
-        if run is not None:
-            p, t = run
-            try:
-                size, new = _fold(graph, i, p, t, roots)
-            except _Reject:
-                size = None
-            if size is not None:
-                moved.update({k: new.get(v, v) for k, v in moved.items()})
-                moved.update({k: v for k, v in new.items() if k not in moved})
-                roots = [moved.get(r, r) for r in roots]
-                ids[i:i + p * t] = [-1] * size   # (new nodes never start a run)
-                i += size
-                continue
-        i += 1
+    while i < len(ids):
+        run = _find_run(ids, nxt, i)
+        if run is None:
+            i += 1
+            continue
+        p, t = run
+        try:
+            size, new = _fold(graph, i, p, t, roots)
+        except _Reject:   # left unrolled; its rotations would fail alike: skip the run
+            i += p * t
+            continue
+        moved.update({k: new.get(v, v) for k, v in moved.items()})
+        moved.update({k: v for k, v in new.items() if k not in moved})
+        roots = [moved.get(r, r) for r in roots]
+        ids[i:i + p * t] = [-1 - k for k in range(size)]   # (new nodes start no run)
+        nxt = _next_same(ids)
+        i += size
     return moved
 
 
-def _find_run(ids, i):
+def _next_same(ids):
+    """For each position, the next position holding the same id (len(ids) if none)."""
+    out, last = [len(ids)] * len(ids), {}
+    for k in range(len(ids) - 1, -1, -1):
+        out[k] = last.get(ids[k], len(ids))
+        last[ids[k]] = k
+    return out
+
+
+def _find_run(ids, nxt, i):
     """``(P, T)`` of the longest-spanning run of repeats starting at ``i``, or None."""
-    n, best = len(ids), None
-    j = i + 1
+    n, best, j = len(ids), None, i
     for _ in range(8):   # the next few places the same node recurs: candidate periods
-        try:
-            j = ids.index(ids[i], j, n)
-        except ValueError:
+        j = nxt[j]
+        if j >= n:
             break
         p = j - i
+        if i + MIN_STEPS * p > n:
+            break   # (later candidates are longer still)
+        if ids[i + p - 1] != ids[i + 2 * p - 1] or ids[i + p // 2] != ids[i + p + p // 2]:
+            continue   # (a cheap look before comparing whole steps)
         t = 1
         while i + (t + 1) * p <= n and ids[i + t * p:i + (t + 1) * p] == ids[i:i + p]:
             t += 1
         if t >= MIN_STEPS and p * t >= MIN_NODES and (best is None or p * t > best[0] * best[1]):
             best = (p, t)
-        j += 1
     return best
 
 
