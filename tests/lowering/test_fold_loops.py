@@ -50,8 +50,15 @@ def _varying_scalar(w, xs):   # a Python number that changes each step: an attri
     return [h.sum()]
 
 
+def _separate_arrays(w, xs):   # each step reads another argument (W4's shape): not stacked
+    h = w * 1.0
+    for x in [xs * 1.0 + k for k in range(40)]:
+        h = np.tanh(h * w + x[0]) + h * 0.5
+    return [h.sum()]
+
+
 @pytest.mark.parametrize("fn, folds", [(_rnn, True), (_no_slices, True),
-                                       (_varying_scalar, False)])
+                                       (_varying_scalar, False), (_separate_arrays, False)])
 def test_folding_keeps_every_number(rng, fn, folds):
     args = [rng.normal(size=3), rng.normal(size=(41, 3))]
     g = _traced(fn, args)
