@@ -70,6 +70,7 @@ def test_folding_keeps_every_number(rng, fn, folds):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow   # (compiles several graphs; CI runs the slow suites too)
 def test_folded_loops_differentiate(executor, rng):
     w, xs = rng.normal(size=3), rng.normal(size=(41, 3))
 

@@ -63,6 +63,7 @@ def test_scan_of_length_zero(executor, rng):
     np.testing.assert_allclose(gj.grad(f)(w, np.zeros((0, 3))), np.ones(3))
 
 
+@pytest.mark.slow   # (compiles several graphs; CI runs the slow suites too)
 def test_nested_scans_and_second_order(executor, rng):
     def f(w, xs):
         def outer(c, x):
@@ -181,6 +182,7 @@ def test_errors_name_the_problem():
         gj.jit(writes_outside)(np.ones(3))
 
 
+@pytest.mark.slow   # (compiles several graphs; CI runs the slow suites too)
 def test_forward_mode_through_scan(rng):
     w, xs = rng.normal(size=3), rng.normal(size=(4, 3))
 
