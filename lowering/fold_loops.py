@@ -13,8 +13,11 @@ Contract
   previous step at a fixed place; the first step reads a value from before the run),
   *invariant* (one value from before the run), a *constant* per step of one type (the
   constants are stacked into one new constant input), or a *slice* ``x[a + b*k]`` of one
-  value from before the run (``slice.Tensor`` of width 1, the only attribute allowed to
-  vary: the slices become one strided slice before the scan). Values of a step read
+  value from before the run (``slice.Tensor`` of width 1: the slices become one strided
+  slice before the scan). The only attributes a step may vary are those slices' bounds
+  and the Python number of a float ``add`` / ``sub`` / ``rsub`` / ``mul`` / ``div``
+  (``h * t``): that op becomes its tensor form on a per-step 0-d value of the operand's
+  dtype, stacked into one new constant input. Values of a step read
   after the run are the scan's outputs: the last step's carried values, or stacked
   per-step results sliced again where they are read. Anything else leaves the graph as
   it is, so folding never changes what is computed, only its shape.
@@ -35,6 +38,12 @@ from gradjit.tracer.trace import Tracer
 MIN_STEPS = 3     # a loop of fewer steps stays unrolled
 MIN_NODES = 256   # nodes a run must span: smaller unrolled runs compile about as fast as a scan
 _VARYING = {"slice.Tensor": ("start", "end")}   # attributes a step may vary (x[t])
+# ... and a Python number a float op takes (``h * t``): the op on a per-step 0-d value of
+# the operand's dtype, (Tensor op, operands swapped)
+_SCALAR_OPS = {"mul.Scalar": ("mul.Tensor", False), "add.Scalar": ("add.Tensor", False),
+               "sub.Scalar": ("sub.Tensor", False), "div.Scalar": ("div.Tensor", False),
+               "rsub.Scalar": ("sub.Tensor", True)}
+_VARYING.update({op: ("other",) for op in _SCALAR_OPS})
 
 
 def _sig(node):
@@ -120,9 +129,17 @@ def _fold(graph, s, p, t, roots):
         for m in range(len(steps[0][j].inputs)):
             us = [steps[k][j].inputs[m] for k in range(t)]
             feeds[(j, m)] = _classify(graph, us, where, before, j, steps)
-    for j in range(p):   # attributes may vary only where the input is an x[a + b*k] slice
+    for j in range(p):   # attributes vary only in x[a + b*k] slices and float ops' numbers
         n0 = steps[0][j]
         if n0.op in _VARYING and any(steps[k][j].attrs != n0.attrs for k in range(t)):
+            if n0.op in _SCALAR_OPS:
+                x, out = n0.inputs[0], n0.outputs[0]
+                others = [steps[k][j].attrs["other"] for k in range(t)]
+                if (x.dtype.kind != "f" or out.dtype != x.dtype or not all(
+                        isinstance(c, (int, float)) and not isinstance(c, bool) for c in others)):
+                    raise _Reject
+                feeds[("scalar", j)] = ("scalar", np.array(others, dtype=x.dtype))
+                continue
             if feeds[(j, 0)][0] != "inv" or not _affine_slice(steps, j):
                 raise _Reject
             feeds[("slice", j)] = ("slice",)
@@ -182,7 +199,7 @@ def _rewrite(graph, s, p, t, steps, feeds, outside):
     mark = len(graph.nodes)
     body = Graph(f"{graph.name}.loop")
     carry_in = {}   # (step node, output) -> (None, the first step's value from before)
-    for (j, m), f in sorted(((k, f) for k, f in feeds.items() if k[0] != "slice"),
+    for (j, m), f in sorted(((k, f) for k, f in feeds.items() if isinstance(k[0], int)),
                             key=lambda kv: kv[0]):
         if f[0] == "carry":
             key = (f[1], f[2])
@@ -197,12 +214,18 @@ def _rewrite(graph, s, p, t, steps, feeds, outside):
     c_vals = {key: body.add_input(first[key[0]].outputs[key[1]].shape,
                                   first[key[0]].outputs[key[1]].dtype) for key in carries}
     x_vals, x_outer = {}, []
-    for j, node in enumerate(first):   # x[a + b*k] slices and per-step constants
+    for j, node in enumerate(first):   # x[a + b*k] slices, per-step numbers and constants
         if ("slice", j) in feeds:
             x_vals[("slice", j)] = body.add_input(node.outputs[0].shape, node.outputs[0].dtype)
             x_outer.append(_stacked_slice(graph, steps, j))
+        elif ("scalar", j) in feeds:
+            values = feeds[("scalar", j)][1]
+            x_vals[("scalar", j)] = body.add_input((), values.dtype)
+            nv = graph.add_input(values.shape, values.dtype)
+            graph.constants[nv] = values
+            x_outer.append(nv)
     for (j, m), f in sorted(feeds.items(), key=lambda kv: str(kv[0])):
-        if f[0] == "const" and (j, m) not in x_vals:
+        if f[0] == "const" and isinstance(j, int) and (j, m) not in x_vals:
             v = first[j].inputs[m]
             x_vals[(j, m)] = body.add_input(v.shape, v.dtype)
             stacked = np.stack([graph.constants[u] for u in f[1]])
@@ -229,7 +252,12 @@ def _rewrite(graph, s, p, t, steps, feeds, outside):
                 if v not in cap_vals:
                     cap_vals[v] = body.add_input(v.shape, v.dtype)
                 ins.append(cap_vals[v])
-        outs = body.add_node(node.op, ins, node.attrs, [(v.shape, v.dtype) for v in node.outputs],
+        op, attrs = node.op, node.attrs
+        if ("scalar", j) in feeds:   # the step's number is a body input now
+            op, swap = _SCALAR_OPS[op]
+            ins = [x_vals[("scalar", j)], ins[0]] if swap else [ins[0], x_vals[("scalar", j)]]
+            attrs = {k: a for k, a in attrs.items() if k == "alpha"}
+        outs = body.add_node(op, ins, attrs, [(v.shape, v.dtype) for v in node.outputs],
                              node.site)
         vmap.update(zip(node.outputs, outs))
     # body outputs: next carries, then per-step values read after the run

@@ -43,10 +43,24 @@ def _no_slices(w, xs):
     return [(h * h).sum()]
 
 
-def _varying_scalar(w, xs):   # a Python number that changes each step: an attribute
+def _varying_scalar(w, xs):   # a Python number that changes each step: a per-step input
     h = w * 1.0
     for t in range(40):
-        h = np.sin(h) * (t + 1.0) + h * h * 0.01
+        h = np.sin(h) * (t + 1.0) + h * h * 0.01 - t / 40 + (2 * t - h) / (t + 3)
+    return [h.sum()]
+
+
+def _varying_scalar_f32(w, xs):
+    h = w.astype(np.float32)
+    for t in range(60):
+        h = np.cos(h) * (0.1 * t) + h * np.float32(0.5) + t
+    return [h.sum()]
+
+
+def _varying_exponent(w, xs):   # an attribute that is not a float op's number: unrolled
+    h = w * 1.0
+    for t in range(40):
+        h = np.sin(h) + np.abs(h) ** (1 + t % 3) * 0.01
     return [h.sum()]
 
 
@@ -58,7 +72,8 @@ def _separate_arrays(w, xs):   # each step reads another argument (W4's shape): 
 
 
 @pytest.mark.parametrize("fn, folds", [(_rnn, True), (_no_slices, True),
-                                       (_varying_scalar, False), (_separate_arrays, False)])
+                                       (_varying_scalar, True), (_varying_scalar_f32, True),
+                                       (_varying_exponent, False), (_separate_arrays, False)])
 def test_folding_keeps_every_number(rng, fn, folds):
     args = [rng.normal(size=3), rng.normal(size=(41, 3))]
     g = _traced(fn, args)
@@ -82,6 +97,15 @@ def test_folded_loops_differentiate(executor, rng):
     np.testing.assert_allclose(gj.grad(loss, argnums=1)(w, xs),
                                numerical_grad(loss, (w, xs), 1), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gj.jit(loss)(w, xs), loss(w, xs), rtol=1e-12)
+
+    def timed(w, xs):   # a Python number per step (t) becomes a per-step input
+        h = w * 1.0
+        for t in range(60):
+            h = np.tanh(h * 0.9 + t / 60) * (1 + t / 120) - (t - h) / (t + 2)
+        return (h * h).sum()
+    assert gj.explain(timed, w, xs).count("scan.default") > 0
+    np.testing.assert_allclose(gj.grad(timed)(w, xs), numerical_grad(timed, (w, xs), 0),
+                               rtol=1e-6, atol=1e-8)
 
 
 def test_compiled_module_follows_the_step_not_the_trip_count(rng):
