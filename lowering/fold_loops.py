@@ -128,7 +128,7 @@ def _fold(graph, s, p, t, roots):
     for j in range(p):
         for m in range(len(steps[0][j].inputs)):
             us = [steps[k][j].inputs[m] for k in range(t)]
-            feeds[(j, m)] = _classify(graph, us, where, before, j, steps)
+            feeds[(j, m)] = _classify(graph, us, where, before, j)
     for j in range(p):   # attributes vary only in x[a + b*k] slices and float ops' numbers
         n0 = steps[0][j]
         if n0.op in _VARYING and any(steps[k][j].attrs != n0.attrs for k in range(t)):
@@ -159,7 +159,7 @@ def _fold(graph, s, p, t, roots):
     return _rewrite(graph, s, p, t, steps, feeds, outside)
 
 
-def _classify(graph, us, where, before, j, steps):
+def _classify(graph, us, where, before, j):
     w0 = where.get(us[0])
     if w0 is not None:
         if w0[0] == 0 and w0[1] < j and all(where.get(u) == (k, w0[1], w0[2])

@@ -37,6 +37,7 @@ import types
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.rng_guard import captured
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import _OURS, GradjitError
 from gradjit.tracer.trace import PENDING_STORE
@@ -299,12 +300,7 @@ def _user_globals(fn, limit=256):
                     todo.extend(v.__dict__[m] for m in names if m in v.__dict__)
             elif v is not None:
                 todo.append(v)
-        for cell in f.__closure__ or ():
-            try:
-                todo.append(cell.cell_contents)
-            except ValueError:   # an empty cell
-                pass
-        todo.extend(f.__defaults__ or ())
+        todo.extend(captured(f))
     return list(out.values())
 
 

@@ -85,13 +85,18 @@ def reachable(fn, extra=()):
         c = stack.pop()
         objs.extend(glb[n] for n in c.co_names if n in glb)
         stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return objs + captured(fn)
+
+
+def captured(fn):
+    """The values ``fn`` holds itself: its closure cells' contents and its defaults."""
+    out = []
     for cell in fn.__closure__ or ():
         try:
-            objs.append(cell.cell_contents)
+            out.append(cell.cell_contents)
         except ValueError:   # an empty cell
             pass
-    objs.extend(fn.__defaults__ or ())
-    return objs
+    return out + list(fn.__defaults__ or ())
 
 
 @contextlib.contextmanager
