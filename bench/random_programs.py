@@ -99,6 +99,9 @@ def main(argv=None):
                 print(f"seed {seed}: harness error {type(e).__name__}: {e}", file=sys.stderr)
                 counts["harness_error"] += 1
                 seed += 1
+                if counts["harness_error"] >= 20 and counts["harness_error"] > checked:
+                    print("stopping: the harness fails on most programs", file=sys.stderr)
+                    break
                 continue
             seed += 1
             if out.kind == "discard":

@@ -77,6 +77,16 @@ def _reflected(name):
     return method
 
 
+def _strong(x, other):
+    """A NumPy scalar beside a traced array is strong in NumPy's promotion (NEP 50:
+    float32 array * np.float64(2) is float64), unlike a Python number: where that changes
+    the result dtype it becomes a 0-d constant. Torch tensors keep torch's rule (weak)."""
+    if (isinstance(x, np.generic) and getattr(other, "_numpy_promotion", False)
+            and np.result_type(other.dtype, x) != np.result_type(other.dtype, x.item())):
+        return other._const(np.asarray(x))
+    return x
+
+
 def binary(name, a, b):
     if isinstance(a, ArrayOps):   # the usual cases first, without the general checks
         if isinstance(b, ArrayOps):
@@ -87,6 +97,8 @@ def binary(name, a, b):
         if type(b) is float or type(b) is int:
             return (apply("pow.Tensor_Scalar", [a], {"exponent": b}) if name == "pow" else
                     apply(f"{name}.Scalar", [a], {"other": b}))
+    if isinstance(a, np.generic) or isinstance(b, np.generic):
+        a, b = _strong(a, b), _strong(b, a)
     a, b = _py(a), _py(b)
     sa, sb = is_scalar(a), is_scalar(b)
     if sb and not sa:

@@ -54,6 +54,7 @@ class NumpyMethods:
     """NumPy's ndarray methods for ``Tracer`` (see the module contract)."""
 
     __slots__ = ()
+    _numpy_promotion = True   # NumPy scalars are strong operands (api._strong)
 
     @property
     def size(self):

@@ -9,6 +9,8 @@ rules run through the Numba code generator too (the ``executor`` fixture), in ``
 - np.reciprocal of integers is integer, np.square of bool int8;
 - sum / prod / cumsum / cumprod of unsigned integers accumulate in uint64;
 - scipy.special.xlogy(float32 array, Python float) is float64 (SciPy's loop);
+- a NumPy scalar operand is strong (float32 array * np.float64(2) is float64), a Python
+  number weak (float32 array * 2.0 stays float32); torch tensors keep torch's weak rule;
 - np.linalg.qr(a, mode='complete') of a tall matrix: NumPy's (m, m) Q, and a gradient
   that raises a GradjitError saying why.
 """
@@ -168,3 +170,27 @@ def test_where_promotes_python_scalars_as_numpy(executor):
         _same(gj.jit(f)(b, u), f(b, u))
     x32 = _X.astype(np.float32)
     _same(gj.jit(lambda c, a: np.where(c, a, 0.5))(b, x32), np.where(b, x32, 0.5))
+
+
+_OPERATORS = [lambda x, s: x * s, lambda x, s: s * x, lambda x, s: x - s, lambda x, s: s - x,
+              lambda x, s: x / s, lambda x, s: s / x, lambda x, s: x ** s, lambda x, s: s + x,
+              lambda x, s: x > s]
+
+
+@pytest.mark.parametrize("scalar", [np.float64(2.0), np.float32(2.0), np.int64(2), np.int8(2),
+                                    2.0, 2], ids=lambda s: f"{type(s).__name__}")
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
+def test_numpy_scalars_are_strong_operands(dt, scalar, executor):
+    x = np.array([1, 2, 3]).astype(dt)
+    for k, op in enumerate(_OPERATORS):
+        want = op(x, scalar)
+        _same(gj.jit(lambda a: op(a, scalar))(x), want)
+    if np.dtype(dt).kind == "f":   # the gradient arrives in the input's dtype, right
+        g = gj.grad(lambda a: (a * scalar * a).sum())(x)
+        assert g.dtype == x.dtype
+        np.testing.assert_allclose(g, 2 * float(scalar) * x, rtol=1e-6)
+
+
+def test_torch_tensors_keep_numpy_scalars_weak():
+    t = gj.tensor(np.ones(3, np.float32))
+    assert (t * np.float64(2.0)).dtype == np.float32
