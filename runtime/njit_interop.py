@@ -27,6 +27,10 @@ Contract
 """
 from __future__ import annotations
 
+import itertools
+import sys
+import types as pytypes
+
 import numba
 import numpy as np
 from numba.core import types
@@ -35,7 +39,31 @@ from numba.extending import overload, typeof_impl
 
 from gradjit.runtime import threads, tiers
 from gradjit.runtime.compiler import Executable
+from gradjit.tracer import gensrc
 from gradjit.tracer.registry import GradjitError
+
+_SEQ = itertools.count()
+
+
+def _define(what, lines, names):
+    """The functions of generated ``lines``, loaded the project's one way (tracer/gensrc.py)
+    as a module of their own: each stand-in closes over one transform's compiled entries,
+    so two transforms with the same text must not share a module (``gensrc.load`` shares
+    by content)."""
+    source = f"# gradjit: {what}\n" + "\n".join(lines) + "\n"
+    name = f"gj_njit_{next(_SEQ)}"
+    mod = gensrc.import_source(name, source, f"<gradjit {what}>", names)
+    # Not a module afterwards: a user's ``@njit(cache=True)`` function that calls the
+    # stand-in must not record it by module name, since the next process has no such
+    # module when Numba's cache loads. Functions whose ``__module__`` is None and whose
+    # globals lack ``__name__`` are what Numba calls dynamic: compiled from their globals
+    # dict, their environment never recorded by name.
+    sys.modules.pop(name, None)
+    del mod.__dict__["__name__"]
+    for v in list(mod.__dict__.values()):
+        if isinstance(v, pytypes.FunctionType):
+            v.__module__ = None
+    return mod
 
 
 def native(fn):
@@ -104,13 +132,13 @@ def numba_callable(t):
         raise GradjitError(f"{_name(t)}: compiled with {sorted(arity)} arguments; @njit code "
                            f"can call a transform compiled for one number of arguments")
     args = ", ".join(f"a{i}" for i in range(arity.pop()))
-    ns = {"implement": lambda argtypes: _implement(t, entries, argtypes)}
-    exec(compile(f"def stub({args}):\n    raise NotImplementedError\n\n"
-                 f"def typer({args}):\n    return implement(({args},))\n\n"
-                 f"def call({args}):\n    return stub({args})\n",
-                 f"<gradjit njit stand-in for {_name(t)}>", "exec"), ns)
-    overload(ns["stub"], jit_options={"error_model": "numpy"})(ns["typer"])
-    disp = numba.njit(ns["call"])
+    m = _define(f"njit stand-in for {_name(t)}",
+                [f"def stub({args}):", "    raise NotImplementedError", "",
+                 f"def typer({args}):", f"    return implement(({args},))", "",
+                 f"def call({args}):", f"    return stub({args})"],
+                {"implement": lambda argtypes: _implement(t, entries, argtypes)})
+    overload(m.stub, jit_options={"error_model": "numpy"})(m.typer)
+    disp = numba.njit(m.call)
     t._njit = (stamp, disp)
     return disp
 
@@ -144,9 +172,7 @@ def _implement(t, entries, argtypes):
     msg = (f"{_name(t)}: called from @njit code with argument shapes it was not compiled for; "
            f"it has: {have}")
     lines.append(f"    raise TypeError({msg!r})")
-    exec(compile("\n".join(lines) + "\n", f"<gradjit njit implementation of {_name(t)}>",
-                 "exec"), ns)
-    return ns["impl"]
+    return _define(f"njit implementation of {_name(t)}", lines, ns).impl
 
 
 def c_callable(t, examples):
@@ -172,8 +198,7 @@ def c_callable(t, examples):
     for k, (i, v) in enumerate(zip(leaves, outs)):
         lines.append(f"    q{k}[0] = r[{i}]" if v.ndim == 0 else
                      f"    carray(q{k}, {tuple(v.shape)})[...] = r[{i}]")
-    exec(compile("\n".join(lines) + "\n", f"<gradjit C entry of {_name(t)}>", "exec"), ns)
-    return numba.cfunc(sig, error_model="numpy")(ns["c_entry"])
+    return numba.cfunc(sig, error_model="numpy")(_define(f"C entry of {_name(t)}", lines, ns).c_entry)
 
 
 def _leaves(x):
