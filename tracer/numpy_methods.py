@@ -118,8 +118,9 @@ class NumpyMethods:
         if dim is not None or descending is not None or isinstance(kind, (bool, np.bool_)):
             return ArrayOps.sort(self, axis if dim is None else dim,   # torch's (values, indices)
                                  bool(kind) if descending is None else descending)
-        raise GradjitError("x.sort() sorts a NumPy array in place, which traced arrays cannot "
-                           "do: write x = np.sort(x, axis)", user_site())
+        if axis is None:   # NumPy's own refusal: an in-place sort keeps the shape
+            raise TypeError("'NoneType' object cannot be interpreted as an integer")
+        self[...] = np.sort(self, axis=axis, kind=kind, order=order)   # views see it, as NumPy's
 
     def argsort(self, axis=-1, kind=None, order=None, *, stable=None, dim=None,
                 descending=None):

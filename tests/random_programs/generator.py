@@ -41,13 +41,7 @@ import numpy as np
 
 # feature (or feature prefix) -> the gradjit bug it hits.  CI leaves these out; the CLI
 # includes them with --all.  Remove an entry once the bug is fixed.
-KNOWN_BUGS: dict[str, str] = {
-    "program.no_source":
-        "np.zeros / np.empty / np.full buffers are not recognised as traced buffers when the "
-        "function's source is not in linecache (exec'd code, python -c, the REPL's stdin): "
-        "buf[i] = traced then raises ValueError ('setting an array element with a "
-        "sequence', a crash) or a TracerValueError that says the array was made outside",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 _DELTA = 0.01          # least distance of a value from a kink (abs, max ties, clip bounds ...)
 _MAX_ABS = 1e3         # largest magnitude of any intermediate value
