@@ -30,7 +30,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.memory import Bounded
-from gradjit.runtime.transforms import _norm_argnums, _Transformed, grad
+from gradjit.runtime.transforms import _norm_argnums, _Transformed, fresh_leaves, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError
@@ -120,7 +120,7 @@ class _Jac(_Transformed):
 
     def _inline(self, call):
         """Inside another trace: one reverse pass per output element, stacked."""
-        xs, trees = self._diff_args(call)
+        xs, trees = self._diff_args(fresh_leaves(call, self.argnums))
         g = xs[0].graph
         outs, out_tree = self._outputs(g, call)
         blocks = []
@@ -203,7 +203,8 @@ class jvp_fn(_Transformed):
     def _pairs(self, call):
         """The primal leaves (as passed) and their tangent leaves (None: not float)."""
         xs, ts = pytree.flatten(list(call[:self.n]))[0], pytree.flatten(list(call[self.n:]))[0]
-        pairs = [(Tracer(x.graph, x.value), t if x.dtype.kind == "f" else None)
+        pairs = [(Tracer(x.graph, x.value), None if x.dtype.kind != "f" else
+                  t if isinstance(t, Tracer) else x._const(np.asarray(t, dtype=x.dtype)))
                  for x, t in zip(xs, ts) if isinstance(x, Tracer)]
         return [x for x, _ in pairs], [t for _, t in pairs]
 
@@ -220,6 +221,7 @@ class jvp_fn(_Transformed):
                 pytree.unflatten(tree, list(results[n:])))
 
     def _inline(self, call):
+        call = fresh_leaves(call, range(self.n))
         xs, ts = self._pairs(call)
         out = self.fn(*call[:self.n])
         g = xs[0].graph

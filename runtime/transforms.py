@@ -77,6 +77,28 @@ def _norm_argnums(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
+def fresh_leaves(call, positions):
+    """Inside an enclosing trace (a transform called by a traced function): each
+    floating-point leaf of ``call[i]`` for ``i`` in ``positions`` replaced by a copy
+    node, a value of its own, so the transform differentiates w.r.t. that argument alone
+    and not through other arguments computed from the same outer value
+    (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``; a closure over ``x`` is a
+    constant of ``jvp(lambda a: a * x, (x,), ...)``), as JAX's. Python numbers and arrays
+    there become constants of the trace first."""
+    ref = next(x for x in pytree.flatten((list(call), call.kwargs))[0] if isinstance(x, Tracer))
+
+    def fresh(a):
+        if not isinstance(a, Tracer):
+            if not isinstance(a, (float, np.floating, np.ndarray)) or np.asarray(a).dtype.kind != "f":
+                return a
+            a = ref._const(np.asarray(a))
+        return apply("_to_copy.default", [a], {"dtype": a.dtype}) if a.dtype.kind == "f" else a
+    for i in positions:
+        if i < len(call):
+            call[i] = pytree.map_leaves(fresh, call[i])
+    return call
+
+
 def _static_positions(fn, static_argnums, static_argnames):
     """Static positions and names, each completed from the other through fn's signature
     (as JAX does), so a static argument is static however the caller passes it."""
@@ -312,13 +334,19 @@ class value_and_grad(_Transformed):
         if bad:
             raise ValueError(f"argnums {sorted(bad)} are also static_argnums; cannot differentiate")
 
-    def _differentiate(self, call):
-        """Trace fn on ``call`` (tracers) and append its adjoint: (value, aux, grads)."""
+    def _differentiate(self, call, fresh=False):
+        """Trace fn on ``call`` (tracers) and append its adjoint: (value, aux, grads).
+        ``fresh`` (a transform called inside another's trace): each differentiated leaf
+        is first copied into a value of its own, so the gradient counts only the paths
+        through that argument, not those through other arguments computed from the same
+        outer value (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``, as JAX's)."""
         name = f"gj.{type(self).__name__}({getattr(self.fn, '__name__', 'f')})"
         for i in self.argnums:
             if i >= len(call):
                 raise TypeError(f"{name}: argnums={i} but the function was called with "
                                 f"{len(call)} positional argument(s)")
+        if fresh:
+            call = fresh_leaves(call, self.argnums)
         wrt, trees = [], []
         for i in self.argnums:
             leaves, treedef = pytree.flatten(call[i])
@@ -390,7 +418,7 @@ class value_and_grad(_Transformed):
         return (grads, aux) if self.has_aux else grads
 
     def _inline(self, call):
-        value, aux, grads = self._differentiate(call)
+        value, aux, grads = self._differentiate(call, fresh=True)
         if self.with_value:
             return ((value, aux) if self.has_aux else value), grads
         return (grads, aux) if self.has_aux else grads
