@@ -1,7 +1,8 @@
 """``einsum`` for any subscript string, by decomposition into differentiable ops.
 
 Contract
-- ``einsum(equation, *operands)`` follows ``numpy.einsum`` / ``torch.einsum``:
+- ``einsum(equation, *operands)`` follows ``numpy.einsum`` / ``torch.einsum``, in the
+  subscript-string form and the sublist form (``einsum(a, [0, 1], b, [1, 2], [0, 2])``):
   explicit (``->``) and implicit outputs, ``...`` (broadcast batch dims,
   right-aligned), repeated labels inside one operand (diagonals), labels summed
   away, size-1 dims broadcast against a shared label.
@@ -135,7 +136,37 @@ def _contract(x, lx, y, ly, keep, eq, ops):
     return z.reshape(out_shape), batch + lonly + ronly
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def sublist_form(args):
+    """NumPy's (and torch's) other form, ``einsum(op0, sublist0, op1, sublist1, ...,
+    [sublist_out])`` with integer labels 0-51 and ``...``: (equation, operands)."""
+    n = len(args) // 2
+    ops, subs = list(args[0:2 * n:2]), list(args[1:2 * n:2])
+    out = args[2 * n] if len(args) % 2 else None
+
+    def term(sub):
+        if not isinstance(sub, (list, tuple)):
+            raise TypeError(f"einsum: in the sublist form each operand is followed by a list of "
+                            f"integer labels, got {type(sub).__name__}")
+        chars = []
+        for k in sub:
+            if k is Ellipsis:
+                chars.append("...")
+            elif isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 0 <= k < 52:
+                chars.append(_LETTERS[int(k)])
+            else:
+                raise ValueError(f"einsum: subscript {k!r} in the sublist form must be an "
+                                 f"integer in [0, 52) or Ellipsis")
+        return "".join(chars)
+    eq = ",".join(term(sub) for sub in subs) + ("" if out is None else "->" + term(out))
+    return eq, ops
+
+
 def einsum(equation, *operands):
+    if not isinstance(equation, str):
+        equation, operands = sublist_form((equation,) + operands)
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     like = next((o for o in operands if hasattr(o, "_apply")), None)

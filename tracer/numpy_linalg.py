@@ -34,6 +34,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer import linalg as L
+from gradjit.tracer.einsum import sublist_form
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.methods_linalg import kron, tensordot
 from gradjit.tracer.numpy_args import UnsupportedError
@@ -301,6 +302,8 @@ def _np_einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="
     if out is not None or order not in ("K", "C", "A"):
         raise UnsupportedError("np.einsum(..., out=/order=) is not supported on traced arrays",
                                user_site())
+    if not isinstance(subscripts, str):   # the sublist form: einsum(a, [0, 1], b, [1, 2])
+        subscripts, operands = sublist_form((subscripts,) + operands)
     if dtype is not None:
         operands = [o.astype(dtype) if hasattr(o, "_apply") else np.asarray(o, dtype)
                     for o in operands]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.fd import numerical_grad
 
 L = gj.linalg
 _rng = np.random.default_rng(3)
@@ -65,6 +66,36 @@ def test_einsum_matches_numpy(eq, shapes, interpreted):
                                rtol=1e-12, atol=1e-12)
     got = gj.jit(lambda *a: np.einsum(eq, *a))(*xs)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("args", [
+    ((2, 3), [0, 1], (3, 4), [1, 2], [0, 2]), ((2, 3), [0, 1], (3, 4), [1, 2]),
+    ((3, 3), (0, 1), (1, 0)), ((3, 3), [0, 0]), ((2, 2, 3), [Ellipsis, 1], (3, 4), [1, 2]),
+    ((2, 3), [0, 1], (3, 3), [1, 2], (3, 4), [2, 3], [0, 3]), ((2, 3), [0, 51], [51]),
+], ids=str)
+def test_einsum_sublist_form(args, interpreted):
+    """np.einsum(a, [0, 1], b, [1, 2], [0, 2]): values as NumPy's, gradients as central
+    differences of NumPy's, w.r.t. every operand."""
+    xs = [_rng.standard_normal(args[k]) for k in range(0, 2 * (len(args) // 2), 2)]
+
+    def f(*ops):
+        call = []
+        for k, x in enumerate(ops):
+            call += [x, args[2 * k + 1]]
+        return np.einsum(*call, *args[2 * len(ops):])
+    np.testing.assert_allclose(gj.jit(f)(*xs), f(*xs), rtol=1e-12, atol=1e-12)
+    w = _rng.standard_normal(np.shape(f(*xs)))
+    grads = gj.grad(lambda *a: (f(*a) * w).sum(), argnums=tuple(range(len(xs))))(*xs)
+    for k, x in enumerate(xs):
+        num = numerical_grad(lambda *a: f(*a) * w, xs, k)
+        np.testing.assert_allclose(grads[k], num, rtol=1e-6, atol=1e-8)
+
+
+def test_einsum_sublist_form_errors(interpreted):
+    with pytest.raises(ValueError, match="sublist form must be an integer"):
+        gj.jit(lambda a: np.einsum(a, [0, "i"]))(np.ones((2, 2)))
+    with pytest.raises(TypeError, match="list of integer labels"):
+        gj.jit(lambda a: np.einsum(a, 0))(np.ones(2))
 
 
 @pytest.mark.parametrize("executor", ["numpy", "numba"])
