@@ -233,6 +233,10 @@ def _wrappers():
     from gradjit.tracer.numpy_protocol import _FUNCTIONS
     out = {name: _coercer(getattr(np, name)) for name in _COERCE}
     out.update({name: _buffer(getattr(np, name)) for name in _BUFFERS})
+    # np.r_[a, b] / np.c_[...]: NumPy's objects call np.array on each item, which no
+    # protocol intercepts; while tracing they are gradjit's (NumPy's own on plain items)
+    from gradjit.tracer.numpy_extra2 import c_, r_
+    out.update(r_=r_, c_=c_)
     for fn in _FUNCTIONS:
         name = getattr(fn, "__name__", None)
         if (name and name not in _SEQUENCE_FIRST and getattr(np, name, None) is fn
@@ -317,7 +321,7 @@ def _patch_globals(glb):
         if hit is not None and hit[0] is val:
             glb[name] = hit[1]
             swapped[name] = hit
-            if val.__name__ in _BUFFERS and name not in _BUFFER_NAMES:   # an alias: z = np.zeros
+            if getattr(val, "__name__", None) in _BUFFERS and name not in _BUFFER_NAMES:   # z = np.zeros
                 _BUFFER_NAMES.add(name)
                 _CALLS.clear()
     _STATE["globals"][id(glb)] = [glb, 1, swapped]

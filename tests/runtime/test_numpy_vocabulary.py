@@ -4,6 +4,7 @@ Forward values are compared with NumPy itself, gradients with central difference
 """
 import numpy as np
 import pytest
+from numpy import r_
 
 import gradjit as gj
 from gradjit.tracer.rng_guard import RandomnessUnderTraceError
@@ -45,6 +46,8 @@ METHODS = {   # name: f(a) written as a NumPy user writes it
     "np_reshape": lambda a: np.reshape(a, (6, 2)), "np_array": lambda a: np.array([a[0], 2 * a[1]]),
     "np_asarray": lambda a: np.asarray(a) * 2, "np_mean_list": lambda a: np.mean([a[0], a[1]]),
     "np_array_mixed": lambda a: np.array([[a[0, 0], 1.0], [2.0, a[1, 1]]]),
+    "np_r_": lambda a: np.r_[a[0], 3.0, a[1] * 2], "np_c_": lambda a: np.c_[a[0], a[2]],
+    "np_r_directive": lambda a: np.r_["0,2", a[0], a[1]], "r_imported": lambda a: r_[a[1], a[2]],
     "sort_in_place": _sorted_in_place, "sort_in_place_axis0": lambda a: _sorted_in_place(a, 0),
 }
 
