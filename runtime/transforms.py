@@ -35,7 +35,7 @@ from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import reachable, rng_guard
-from gradjit.tracer.trace import Tracer, flatten_output, trace, unflatten_output
+from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
 
 
 def _hidden_updates(g, arg_values):
@@ -75,6 +75,15 @@ def _with_updates(exe, updates):
 
 def _norm_argnums(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def _real_scalar(x):
+    """A Python or NumPy real number, or a 0-d / one-element real array."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return True
+    return isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "fiu"
 
 
 def fresh_leaves(call, positions):
@@ -334,7 +343,7 @@ class value_and_grad(_Transformed):
         if bad:
             raise ValueError(f"argnums {sorted(bad)} are also static_argnums; cannot differentiate")
 
-    def _differentiate(self, call, fresh=False):
+    def _differentiate(self, call, fresh=False, graph=None):
         """Trace fn on ``call`` (tracers) and append its adjoint: (value, aux, grads).
         ``fresh`` (a transform called inside another's trace): each differentiated leaf
         is first copied into a value of its own, so the gradient counts only the paths
@@ -367,11 +376,20 @@ class value_and_grad(_Transformed):
                 raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
                                    f"(value, aux), got {type(out).__name__}", user_site())
             out, aux = out
+        if not isinstance(out, Tracer) and _real_scalar(out):
+            # a value that depends on no argument (a constant): its gradient is zeros, as
+            # JAX's and autograd's (torch would raise: nothing requires grad)
+            ref = next((x for x in pytree.flatten((list(call), call.kwargs))[0]
+                        if isinstance(x, Tracer)), None)
+            out = (ref._const if ref is not None else functools.partial(constant, graph))(
+                np.asarray(out, dtype=np.asarray(out).dtype if np.asarray(out).dtype.kind == "f"
+                           else np.float64))
         if not isinstance(out, Tracer):
             raise GradjitError(f"{name}: the function must return one array"
                                f"{' (and aux)' if self.has_aux else ''}, got "
                                f"{type(out).__name__}", user_site())
-        if out.shape != () or out.dtype.kind != "f":
+        # one element of any shape is a scalar, as torch's backward() and autograd take it
+        if out.value.size != 1 or out.dtype.kind != "f":
             raise GradjitError(f"{name}: gradient only defined for scalar-output functions; "
                                f"the output is {out.value.type_str()}", out.value.node.site
                                if out.value.node is not None else None)
@@ -395,7 +413,7 @@ class value_and_grad(_Transformed):
         return out, aux, (per_arg[0] if self.single else tuple(per_arg))
 
     def _trace_body(self, g, call, arg_values):
-        value, aux, grads = self._differentiate(call)
+        value, aux, grads = self._differentiate(call, graph=g)
         aux_vals, aux_tree = flatten_output(g, aux) if self.has_aux else ([], None)
         leaves, gtree = pytree.flatten(grads)
         g.outputs = ([value.value] if self.with_value else []) + aux_vals + [t.value for t in leaves]

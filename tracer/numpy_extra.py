@@ -180,6 +180,13 @@ def _conj(x):
     return A.to(x, probe(np.conjugate, x.dtype)).clone()
 
 
+def _real_test(real):
+    """np.isreal / np.iscomplex of a real array: every element is real, whatever the
+    values, so the answer is a concrete array (``if not np.iscomplex(x)`` may steer
+    Python control flow)."""
+    return lambda x: np.full(tuple(x.shape), real)
+
+
 NUMPY_UFUNCS = {
     np.isnan: _isnan, np.isinf: _isinf, np.isfinite: _isfinite,
     np.logical_and: _logical("and"), np.logical_or: _logical("or"),
@@ -389,6 +396,7 @@ def _linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axi
 
 
 TABLE = {
+    np.iscomplex: _real_test(False), np.isreal: _real_test(True),
     np.argmax: _argext("max"), np.argmin: _argext("min"), np.argsort: _argsort,
     np.any: _anyall("any"), np.all: _anyall("all"), np.count_nonzero: _count_nonzero,
     np.ptp: _ptp, np.nancumsum: _nanscan("cumsum", 0), np.nancumprod: _nanscan("cumprod", 1),

@@ -48,6 +48,7 @@ METHODS = {   # name: f(a) written as a NumPy user writes it
     "np_array_mixed": lambda a: np.array([[a[0, 0], 1.0], [2.0, a[1, 1]]]),
     "np_r_": lambda a: np.r_[a[0], 3.0, a[1] * 2], "np_c_": lambda a: np.c_[a[0], a[2]],
     "np_r_directive": lambda a: np.r_["0,2", a[0], a[1]], "r_imported": lambda a: r_[a[1], a[2]],
+    "np_iscomplex": lambda a: np.iscomplex(a), "np_isreal": lambda a: np.isreal(a[0]),
     "sort_in_place": _sorted_in_place, "sort_in_place_axis0": lambda a: _sorted_in_place(a, 0),
 }
 
@@ -145,3 +146,25 @@ def test_random_draws_outside_tracing_are_fine():
     assert gj.nn.functional.dropout(gj.tensor(np.ones(4)), 0.5).shape == (4,)   # eager: allowed
     np.testing.assert_allclose(gj.grad(lambda x: gj.nn.functional.dropout(x, 0.5, training=False)
                                        .sum())(np.ones(3)), np.ones(3))
+
+
+def test_realness_is_known_while_tracing(interpreted):
+    f = lambda x: np.sum(x * x) if not np.iscomplex(x).any() and np.isreal(x).all() else 0.0
+    np.testing.assert_allclose(gj.grad(f)(X), 2 * X)
+
+
+@pytest.mark.parametrize("executor", ["numpy", "numba"], indirect=True)
+def test_constant_and_one_element_outputs(executor):
+    """A value that depends on no argument has zero gradients (JAX's and autograd's
+    answer); a one-element output of any shape is a scalar (torch's backward takes it)."""
+    c = np.ones((3, 2))
+    np.testing.assert_array_equal(gj.grad(lambda x: np.sum(c))(X), np.zeros_like(X))
+    assert gj.grad(lambda l: 1.0)([]) == []
+    value, g = gj.value_and_grad(lambda x, y: 2.0, argnums=(0, 1))(X, X[0, 0])
+    assert value == 2.0 and np.all(g[0] == 0) and g[1] == 0
+    x = X[:1]
+    value, g = gj.value_and_grad(lambda x: np.sum(x * x, axis=1, keepdims=True))(x)
+    assert value.shape == (1, 1)
+    np.testing.assert_allclose(g, 2 * x)
+    with pytest.raises(gj.GradjitError, match="scalar-output"):
+        gj.grad(lambda x: x[0])(X)
