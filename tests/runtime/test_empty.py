@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import SLOW_NUMBA
 
 L = gj.linalg
 X, Z = np.empty((0, 3)), np.empty((3, 0))
@@ -44,7 +45,7 @@ def _check_values(got):
         np.testing.assert_array_equal(g, w, err_msg=f"value {k}")
 
 
-@pytest.mark.parametrize("executor", ["numpy", "numba"])
+@pytest.mark.parametrize("executor", ["numpy", SLOW_NUMBA])
 def test_reductions_of_nothing_match_torch_semantics(executor, monkeypatch):
     if executor == "numpy":
         monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")

@@ -287,6 +287,7 @@ def _net(w, b, x):
     return (F.adaptive_avg_pool2d(h, 1) ** 2).sum()
 
 
+@pytest.mark.slow
 def test_compiled_conv_pool_matches_interpreter(monkeypatch):
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3), rng.standard_normal((2, 2, 4, 4))]

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.tracer.ops_reduce import std_from_var
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
@@ -273,6 +274,7 @@ def _wc(n, *batch):
     return _rng.standard_normal(batch + (n, n)) * 0.3 + np.eye(n) * n
 
 
+@COMPILED_SLOW
 @pytest.mark.parametrize("bshape", [(3,), (3, 2), (2, 3, 1)])
 def test_solve_promotes_float32_and_float64(bshape, executor):
     A = _wc(3)

@@ -23,6 +23,7 @@ import pytest
 import scipy.special as sp
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.runtime.tiers import holds_float16
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
@@ -120,6 +121,7 @@ def test_float16_graphs_run_on_the_interpreter():
     assert not holds_float16(g)
 
 
+@COMPILED_SLOW
 @pytest.mark.parametrize("shape", [(4, 2), (2, 5, 3), (3, 1), (3, 0), (3, 3), (2, 4)])
 def test_qr_complete_forward(shape, executor):
     a = np.random.default_rng(3).standard_normal(shape)

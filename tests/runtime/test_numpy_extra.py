@@ -498,6 +498,7 @@ def test_errors_name_the_function(interpreted):
     assert np.asarray(np.logical_and.reduce(t > -10).data).all()   # (a supported one)
 
 
+@pytest.mark.slow
 def test_compiled_integer_and_bool_results():
     """The index / bool results of the family, from Numba-compiled code, equal NumPy's."""
     def f(a):
@@ -508,6 +509,7 @@ def test_compiled_integer_and_bool_results():
     _equal(gj.jit(f)(x), f(x), "compiled")
 
 
+@pytest.mark.slow
 def test_compiled_matches_interpreted(monkeypatch):
     """One graph through the family's ops, compiled by Numba, against the interpreter."""
     def f(a, b):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from tests.fd import numerical_grad
 from tests.runtime.test_numpy_correctness import (_rng, _weights, check,  # noqa: F401
                                                   check_second_order)
@@ -34,6 +35,7 @@ def test_np_dot_shapes(sa, sb, interpreted):
     check(lambda a, b: a.dot(b), [a, b])   # a traced array's method: the same rules
 
 
+@COMPILED_SLOW
 @pytest.mark.parametrize("sa, sb", [((2, 3, 4), (5, 4, 2)), ((), (3,))])
 def test_np_dot_compiled_and_second_order(sa, sb, executor):
     a, b = _rng.standard_normal(sa), _rng.standard_normal(sb)
@@ -75,6 +77,7 @@ def test_np_cross(sa, sb, kw, interpreted):
         check(lambda a, b: np.cross(a, b, **kw), [a, b])
 
 
+@COMPILED_SLOW
 def test_np_cross_compiled_second_order_and_errors(executor):
     a, b = _rng.standard_normal((2, 3)), _rng.standard_normal((2, 3))
     check(np.cross, [a, b])
@@ -103,6 +106,7 @@ def test_np_trace(shape, kw, interpreted):
     check(lambda a: np.trace(a, **kw) * 1.0, [_rng.standard_normal(shape)])
 
 
+@COMPILED_SLOW
 def test_vdot_outer_multi_dot(executor):
     check(np.vdot, [_rng.standard_normal((2, 3)), _rng.standard_normal(6)])
     check(np.vdot, [np.array(2.0), np.array(3.0)])

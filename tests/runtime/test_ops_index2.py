@@ -186,6 +186,7 @@ def test_errors(interpreted):
         gj.tensor(np.ones((2, 2, 2))).diag()
 
 
+@pytest.mark.slow
 def test_compiled_matches_interpreted(monkeypatch):
     def f(x, s):
         return (F.pad(x, (1, 1), mode="reflect").rot90()[:3, :3] * 2.0

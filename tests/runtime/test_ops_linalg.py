@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import SLOW_NUMBA
 from tests.fd import numerical_grad
 
 L = gj.linalg
@@ -98,7 +99,7 @@ def test_einsum_sublist_form_errors(interpreted):
         gj.jit(lambda a: np.einsum(a, 0))(np.ones(2))
 
 
-@pytest.mark.parametrize("executor", ["numpy", "numba"])
+@pytest.mark.parametrize("executor", ["numpy", SLOW_NUMBA])
 def test_float32_stays_float32_batched(executor, monkeypatch):
     if executor == "numpy":
         monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from tests.fd import numerical_grad
 
 _rng = np.random.default_rng(5)
@@ -60,6 +61,7 @@ CASES = [
 ]
 
 
+@COMPILED_SLOW
 @pytest.mark.parametrize("yshape, vshape, idx, place, label", CASES, ids=[c[-1] for c in CASES])
 def test_against_numpy_and_finite_differences(yshape, vshape, idx, place, label, executor):
     y, v = _rng.standard_normal(yshape), _rng.standard_normal(vshape)
@@ -81,6 +83,7 @@ def test_against_numpy_and_finite_differences(yshape, vshape, idx, place, label,
     np.testing.assert_allclose(gj.jit(values)(y, v, idx), values(y, v, idx), rtol=1e-12)
 
 
+@COMPILED_SLOW
 def test_index_dtypes_and_a_traced_scalar_index(executor):
     x = np.array([0.3, 2.0, -1.0, 0.5])
 
@@ -118,6 +121,7 @@ def test_out_of_range_raises_index_error(bad, executor):
                                + [2.0])
 
 
+@COMPILED_SLOW
 def test_second_order(executor):
     x, idx = np.array([0.5, -1.0, 2.0]), np.array([2, 0, 2])
 

@@ -83,6 +83,7 @@ def test_scipy_minimize_takes_value_and_grad_on_a_raveled_pytree():
     assert np.abs(best["head"] - 1).max() < 1e-2 and np.abs(best["tail"] - 1).max() < 1e-2
 
 
+@pytest.mark.slow
 def test_a_dask_cluster_sweeps_gradients_compiling_each_structure_once(tmp_path, monkeypatch):
     """Two worker processes on a fresh shared cache: a parameter sweep (64 tasks of one
     structure, 8 of another) gives the local results, and each structure is compiled once
