@@ -120,6 +120,37 @@ def qr_complete(a):
     return q, np.ascontiguousarray(r[:, :n])
 
 
+def _xxxevd(dtype):
+    """Numba's own LAPACK entry for ``np.linalg.eigh`` (a symbol of its helper library,
+    resolved by name, so generated code that calls it still caches): Numba's
+    ``np.linalg.eigh`` fixes ``uplo`` to 'L'; this one takes it."""
+    t = numba.from_dtype(np.dtype(dtype))
+    return numba.types.ExternalFunction("numba_ez_xxxevd", numba.types.intc(
+        numba.types.char, numba.types.char, numba.types.char, numba.types.intp,
+        numba.types.CPointer(t), numba.types.intp, numba.types.CPointer(t)))
+
+
+def _eigh_upper(dtype, kind):
+    evd = _xxxevd(dtype)
+
+    @numba.njit(cache=True, error_model="numpy")
+    def eigh_upper(a):
+        """``np.linalg.eigh(a, UPLO='U')`` of a square matrix: LAPACK's ``syevd`` on the
+        upper triangle, so the eigenvectors' signs are NumPy's for 'U' (they differ from
+        'L''s). Eigenvectors in Fortran order, as Numba's eigh."""
+        n = a.shape[-1]
+        v = a.T.copy().T               # a Fortran-order copy: LAPACK overwrites it
+        w = np.empty(n, a.dtype)
+        if evd(kind, 86, 85, n, v.ctypes, n, w.ctypes) != 0:   # jobz 'V', uplo 'U'
+            raise ValueError("eigh: LAPACK syevd did not converge")
+        return w, v
+    return eigh_upper
+
+
+# generated code calls al.eigh_upper64 / al.eigh_upper32 (codegen_cpu_linalg.py)
+eigh_upper64, eigh_upper32 = _eigh_upper(np.float64, ord("d")), _eigh_upper(np.float32, ord("s"))
+
+
 LANES = 16
 
 

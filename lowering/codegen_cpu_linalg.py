@@ -52,6 +52,9 @@ def _call(node, args):
               "linalg_cholesky.default": "np.linalg.cholesky({0})",
               "linalg_qr.default": "np.linalg.qr({0})", "linalg_eigh.default": "np.linalg.eigh({0})",
               "linalg_pinv.default": "np.linalg.pinv({0})"}
+    if op == "linalg_eigh.default" and at["upper"]:   # Numba's eigh has only UPLO='L'
+        bits = 64 if node.inputs[0].dtype == np.float64 else 32
+        return f"al.eigh_upper{bits}({a})"
     if op in simple:
         return simple[op].format(*args)
     if op == "linalg_qr.complete":

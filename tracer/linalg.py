@@ -143,7 +143,7 @@ def eigh(A, UPLO="L"):
     _need("linalg.eigh", A)
     if UPLO not in ("L", "U"):
         raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
-    return EighResult(*apply("linalg_eigh.default", [A if UPLO == "L" else A.mT], {}))
+    return EighResult(*apply("linalg_eigh.default", [A], {"upper": UPLO == "U"}))
 
 
 def eigvalsh(A, UPLO="L"):

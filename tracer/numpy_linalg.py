@@ -94,7 +94,7 @@ def symmetric_from_triangle(a, UPLO="L"):
 def eigh(a, UPLO="L"):
     (a,) = operands(a, floating=True)
     _square("np.linalg.eigh", a)
-    return L.eigh(symmetric_from_triangle(a, UPLO))
+    return L.eigh(symmetric_from_triangle(a, UPLO), UPLO)   # (UPLO: LAPACK's signs for it)
 
 
 def cholesky(a, upper=False):

@@ -15,7 +15,8 @@ Contract
   torch); ``linalg_svd`` the reduced SVD, or with
   ``full_matrices`` (set by the front end for non-square inputs only) the full
   ``U`` (m, m) and ``Vh`` (n, n); ``linalg_eigh`` reads the lower triangle (as
-  NumPy's default ``UPLO='L'``); ``linalg_solve_triangular`` reads only the
+  NumPy's default ``UPLO='L'``; ``upper``: the upper one, and LAPACK's eigenvector
+  signs for it, which differ); ``linalg_solve_triangular`` reads only the
   triangle named by ``upper`` (and not the diagonal when ``unitriangular``).
 - Composites spelled in the front end with these and the core ops (no op of
   their own): logdet, cholesky_solve, lstsq, matrix_norm, vector_norm, and the
@@ -175,8 +176,8 @@ def _eigh_infer(types, attrs):
     return [(s[:-1], dt), (s, dt)]
 
 
-defop("linalg_eigh(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)", K, _eigh_infer,
-      lambda a: tuple(np.linalg.eigh(a)))
+defop("linalg_eigh(Tensor self, bool upper=False) -> (Tensor eigenvalues, Tensor eigenvectors)", K,
+      _eigh_infer, lambda a, upper: tuple(np.linalg.eigh(a, "U" if upper else "L")))
 
 
 def _svd_infer(types, attrs):

@@ -83,6 +83,24 @@ def test_eigh_gradient_is_numpys_on_non_symmetric_input(UPLO, executor):
     check(lambda x: _eigvecs_sign_free(x, UPLO) + np.linalg.eigh(x, UPLO)[0][..., None, :], [a])
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("UPLO", ["L", "U"])
+def test_eigh_vectors_are_numpys_with_their_signs(UPLO, dtype, executor):
+    """LAPACK's eigenvector signs differ between UPLO='L' and 'U' (n >= 3 here): the
+    vectors themselves, not only up to sign, are NumPy's, and so is their gradient. In
+    float32 only up to sign: compiled code runs SciPy's LAPACK build, NumPy its own, and
+    their float32 rounding may flip a sign."""
+    a = np.stack([_nonsymmetric(5, 5), _nonsymmetric(5, 5) + np.eye(5)]).astype(dtype)
+    got = gj.jit(lambda x: np.linalg.eigh(x, UPLO)[1])(a)
+    want = np.linalg.eigh(a, UPLO)[1]
+    assert got.dtype == want.dtype
+    if dtype == np.float32:
+        got = got * np.sign(np.sum(got * want, axis=-2, keepdims=True))
+    np.testing.assert_allclose(got, want, atol=1e-12 if dtype == np.float64 else 1e-5)
+    if dtype == np.float64:
+        check(lambda x: np.linalg.eigh(x, UPLO)[1], [a[0]])
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 3), (1, 1), (2, 1, 1), (4, 4)])
 @pytest.mark.parametrize("UPLO", ["L", "U"])
 def test_eigh_shapes(shape, UPLO, interpreted):
