@@ -82,8 +82,8 @@ def map_leaves(fn, tree):
 
 def is_traced_leaf(x):
     """An array-like leaf a transform traces (the rest of the leaves are static)."""
-    if isinstance(x, (bool, np.bool_)) and not hasattr(x, "shape"):
-        return False
+    if isinstance(x, type) or isinstance(x, (bool, np.bool_)) and not hasattr(x, "shape"):
+        return False   # (a class, np.ndarray too, has shape and dtype descriptors)
     return (hasattr(x, "shape") and hasattr(x, "dtype")) or isinstance(x, (float, complex))
 
 

@@ -108,6 +108,10 @@ def test_non_array_arguments_are_static(data):
     act = gj.grad(lambda x, fn, flag: fn(x).sum() if flag else x.sum())
     np.testing.assert_allclose(act(w, np.sin, True), np.cos(w))
     np.testing.assert_allclose(act(w, np.sin, False), np.ones_like(w))
+    # classes are static too (np.ndarray has shape and dtype descriptors, not values)
+    cast = gj.grad(lambda x, t, kinds: (x.astype(t) ** 2).sum() if t in kinds else 0.0)
+    np.testing.assert_allclose(cast(w, np.float64, (np.ndarray, np.float64)), 2 * w)
+    np.testing.assert_allclose(cast(w, list, (tuple,)), 0 * w)
 
 
 def test_keyword_arguments_and_static_argnames(data):
