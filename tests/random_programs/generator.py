@@ -165,7 +165,7 @@ class Program:
         filename = f"<random program {self.seed}-{zlib.crc32(src.encode()):08x}>"
         if self.register_source:
             linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        ns = {"np": np}
+        ns = {"np": np, "gj": _gj()}
         exec(compile(src, filename, "exec"), ns)
         return ns[name]
 
@@ -186,7 +186,7 @@ class Program:
 
 
 def _value_shape(prog, name):
-    ns = {"np": np}
+    ns = {"np": np, "gj": _gj()}
     ns.update(zip(prog.input_names, [np.array(a) for a in prog.inputs]))
     for s in prog.steps:
         exec(s.src, ns)
@@ -282,7 +282,7 @@ class Builder:
     def try_add(self, cand):
         out = f"v{self.n + 1}"
         src = cand.src.replace("{o}", out)
-        ns = {"np": np}
+        ns = {"np": np, "gj": _gj()}
         ns.update(self.env)
         try:
             with np.errstate(all="raise"), warnings.catch_warnings():
@@ -1598,6 +1598,59 @@ def g_misc2(b):
     return Cand(feat, src, reads, margins) if b.ok(feat) else None
 
 
+def _gj():
+    import gradjit
+    return gradjit
+
+
+def g_transform(b):
+    """gradjit's own transforms and loops inside the program: nested derivatives whose
+    arguments share a value with the outer trace, closures over traced values, and
+    scan / fori_loop / while_loop / cond / checkpoint bodies."""
+    a = b.pick(lambda v: 1 <= np.size(v) <= 24)
+    if a is None:
+        return None
+    sh = b.shape(a)
+    forms = ["grad_shared", "grad_closure", "value_and_grad", "jvp", "fori_loop", "cond",
+             "checkpoint", "while_loop"]
+    if len(sh) >= 1 and sh[0] <= 5:
+        forms += ["scan", "scan_reverse"]
+    if len(sh) == 1 and sh[0] <= 5:
+        forms += ["jacfwd", "jacrev", "hessian"]
+    form = b.d.choice(forms)
+    margins = ()
+    if form == "grad_shared":
+        src = f"{{o}} = gj.grad(lambda p, q: (np.sin(p) * q).sum())({a}, {a} * 2.0)"
+    elif form == "grad_closure":
+        src = f"{{o}} = gj.grad(lambda p: (np.tanh(p) * {a}).sum())({a})"
+    elif form == "value_and_grad":
+        src = (f"{{o}}_v, {{o}}_g = gj.value_and_grad(lambda p, q: (p * p * q).sum())({a}, {a} + 1.0)\n"
+               f"{{o}} = {{o}}_g + {{o}}_v")
+    elif form == "jvp":
+        src = f"{{o}} = gj.jvp(lambda p: np.sin(p) * {a}, ({a},), (np.ones_like({a}),))[1]"
+    elif form in ("jacfwd", "jacrev"):
+        src = f"{{o}} = gj.{form}(lambda p: np.sin(p) * (p * {a}).sum())({a})"
+    elif form == "hessian":
+        src = f"{{o}} = gj.hessian(lambda p: (np.sin(p) * {a}).sum() * p.sum())({a})"
+    elif form == "fori_loop":
+        src = f"{{o}} = gj.fori_loop(0, 3, lambda i, c: np.sin(c) + 0.5 * c * {a}, {a})"
+    elif form == "while_loop":
+        src = (f"{{o}} = gj.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, np.tanh(c[1]) "
+               f"+ 0.5 * {a}), (0, {a}), max_steps=4)[1]")
+    elif form == "cond":
+        src = f"{{o}} = gj.cond({a}.sum() > 0, lambda v: v * {a}, lambda v: np.sin(v), {a})"
+        margins = (lambda ns, a=a: np.sum(ns[a]),)
+    elif form == "checkpoint":
+        src = f"{{o}} = gj.checkpoint(lambda v: np.tanh(v) * v)({a})"
+    else:
+        rev = form == "scan_reverse"
+        src = (f"{{o}}_c, {{o}} = gj.scan(lambda c, r: (np.tanh(0.5 * c + r), c * r), "
+               f"{a}[0] * 0.5, {a}{', reverse=True' if rev else ''})")
+    feat = ("control." if form in ("fori_loop", "while_loop", "cond", "checkpoint", "scan",
+                                   "scan_reverse") else "transform.") + form
+    return Cand(feat, src, (a,), margins) if b.ok(feat) else None
+
+
 GENERATORS = [
     (g_unary, 12), (g_power, 3), (g_scalar_arith, 3), (g_binary, 10), (g_reduce, 8),
     (g_norm, 2), (g_cum, 2), (g_sort, 2), (g_softmax, 2), (g_clip, 2), (g_reshape, 4),
@@ -1605,7 +1658,7 @@ GENERATORS = [
     (g_flip_roll, 2), (g_tile_repeat, 2), (g_index, 5), (g_split, 1), (g_matmul, 4),
     (g_einsum, 2), (g_assign, 3), (g_loop, 2), (g_like, 2),
     (g_unary2, 4), (g_binary2, 3), (g_linalg, 2), (g_stats, 2), (g_inplace, 2), (g_listy, 2),
-    (g_misc2, 3),
+    (g_misc2, 3), (g_transform, 3),
 ]
 
 
@@ -1694,7 +1747,7 @@ def oracle(prog, f=None):
         warnings.simplefilter("ignore")
         value = float(f(*inputs))
         # scale: the same loss with every term made positive
-        ns = {"np": np}
+        ns = {"np": np, "gj": _gj()}
         ns.update(zip(prog.input_names, [np.array(a) for a in inputs]))
         for s in prog.steps:
             exec(s.src, ns)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 
+import gradjit as gj
+
 from .generator import (KNOWN_BUGS, check_program, executor, normalize_message, programs,
                         random_program)
 
@@ -85,7 +87,7 @@ def test_programs_render_to_source_that_numpy_runs_step_by_step():
         prog = random_program(seed)
         f = prog.function()
         value = f(*prog.inputs)
-        ns = {"np": np, **dict(zip(prog.input_names, prog.inputs))}
+        ns = {"np": np, "gj": gj, **dict(zip(prog.input_names, prog.inputs))}
         for s in prog.steps:
             exec(s.src, ns)
         again = sum(float((np.asarray(ns[n]) * eval(w, {"np": np})).sum()) for n, w in prog.loss_terms)
