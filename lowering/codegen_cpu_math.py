@@ -49,6 +49,8 @@ _BINARY = {
     "fmin.default": "({0} if ({0} <= {1} or {1} != {1}) else {1})",
     "clamp_min.Tensor": "({1} if {0} < {1} else {0})",
     "clamp_max.Tensor": "({1} if {0} > {1} else {0})",
+    "bitwise_and.Tensor": "({0} & {1})", "bitwise_or.Tensor": "({0} | {1})",
+    "bitwise_xor.Tensor": "({0} ^ {1})",
 }
 
 
@@ -89,6 +91,16 @@ def math_expr(node, a, e):
         if op == "remainder.Tensor" and out.kind != "f":
             return f"({a[0]} % {a[1]})"
         return _special(e, base, a)
+    if op == "bitwise_not.default":
+        return f"(~{a[0]})" if out != np.bool_ else f"(not {a[0]})"
+    if op in ("bitwise_left_shift.Tensor", "bitwise_right_shift.Tensor"):
+        # NumPy's: a count outside [0, bits) shifts everything out (0, or -1 for a
+        # negative value shifted right); Numba's (LLVM's) shift is undefined there
+        w, zero = 8 * out.itemsize, f"({a[0]} - {a[0]})"
+        if op.startswith("bitwise_left"):
+            return f"(({a[0]} << {a[1]}) if 0 <= {a[1]} < {w} else {zero})"
+        return (f"(({a[0]} >> {a[1]}) if 0 <= {a[1]} < {w} else "
+                f"(~{zero} if {a[0]} < 0 else {zero}))")
     if op == "exp2.default":
         return f"{_lit(2, out)} ** {a[0]}"
     if op == "rsqrt.default":

@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from gradjit.tracer.api import ArrayOps as A
+from gradjit.tracer.api import apply
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
 from gradjit.tracer.numpy_args import unsupported
@@ -152,23 +153,45 @@ def _logical(kind):
     return fn
 
 
+def _integer_operands(name, a, b):
+    """``a``, ``b`` as gradjit objects of NumPy's result dtype for a bit operation, which
+    NumPy has for bools and integers only (its own TypeError otherwise)."""
+    like = like_of(a, b)
+    dt = np.result_type(weak(a), weak(b))   # (a Python int is weak: uint8 & 5 is uint8)
+    if dt.kind not in "biu":
+        raise TypeError(f"ufunc '{name}' not supported for the input types, and the inputs "
+                        f"could not be safely coerced to any supported types according to "
+                        f"the casting rule ''safe'' (result type {dt.name})")
+    return [x if is_obj(x) else obj(x, like, dt) for x in (a, b)]
+
+
 def _bitwise(kind):
-    """``&`` / ``|`` / ``^`` of bool arrays: the logical ops (integers would need an op)."""
+    """``&`` / ``|`` / ``^``: of bools the logical ops, of integers the bit operations."""
     logical = _logical(kind)
 
     def fn(a, b):
-        like = like_of(a, b)
-        a, b = obj(a, like), obj(b, like)
-        if a.dtype != np.bool_ or b.dtype != np.bool_:
-            unsupported(f"np.bitwise_{kind} of {a.dtype.name} and {b.dtype.name} (bools only)")
-        return logical(a, b)
+        a, b = _integer_operands(f"bitwise_{kind}", a, b)
+        if a.dtype == np.bool_ and b.dtype == np.bool_:
+            return logical(a, b)
+        return apply(f"bitwise_{kind}.Tensor", [a, b], {})
+    return fn
+
+
+def _shift(side):
+    def fn(a, b):
+        a, b = _integer_operands(f"{side}_shift", a, b)
+        dt = np.result_type(a.dtype, b.dtype)
+        dt = np.dtype(np.int8) if dt == np.bool_ else dt   # (bools shift as int8, as NumPy)
+        return apply(f"bitwise_{side}_shift.Tensor", [A.to(a, dt), A.to(b, dt)], {})
     return fn
 
 
 def _invert(x):
-    if x.dtype != np.bool_:
-        unsupported(f"np.invert of {x.dtype.name} (bools only)")
-    return A.eq(x, False)
+    if x.dtype == np.bool_:
+        return A.eq(x, False)
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"ufunc 'invert' not supported for the input types ({x.dtype.name})")
+    return apply("bitwise_not.default", [x], {})
 
 
 def _fabs(x):
@@ -193,7 +216,8 @@ NUMPY_UFUNCS = {
     np.logical_xor: _logical("xor"), np.logical_not: lambda x: A.eq(x, 0),
     np.fabs: _fabs, np.conjugate: _conj, np.invert: _invert,
     np.bitwise_and: _bitwise("and"), np.bitwise_or: _bitwise("or"),
-    np.bitwise_xor: _bitwise("xor"),
+    np.bitwise_xor: _bitwise("xor"), np.left_shift: _shift("left"),
+    np.right_shift: _shift("right"),
 }
 
 

@@ -123,6 +123,15 @@ for _name, _fn, _rule in [
     elementwise(f"{_name}(Tensor self, Tensor other) -> Tensor", _fn, _rule)
 
 
+# integer (and bool) bit operations: NumPy's ufuncs, no gradient (integer results)
+for _name, _fn in [("bitwise_and.Tensor", np.bitwise_and), ("bitwise_or.Tensor", np.bitwise_or),
+                   ("bitwise_xor.Tensor", np.bitwise_xor),
+                   ("bitwise_left_shift.Tensor", np.left_shift),
+                   ("bitwise_right_shift.Tensor", np.right_shift)]:
+    elementwise(f"{_name}(Tensor self, Tensor other) -> Tensor", _fn, "promote")
+elementwise("bitwise_not(Tensor self) -> Tensor", np.invert, "same")
+
+
 def _lerp_infer(types, attrs):
     dt = np.result_type(*[t.dtype for t in types])
     if dt.kind != "f":

@@ -353,9 +353,7 @@ add(np.logical_not, samples=unary_samples("grid", ints=False, extra=lambda rng: 
     Sample((draw(rng, (2, 3), "bool"),)), Sample((draw(rng, (2, 3), "int"),))]), **_PRED)
 add(np.invert, samples=lambda rng: [
     Sample((draw(rng, s, "bool"),)) for s in SHAPES + [EMPTY]] + [
-    Sample((draw(rng, (2, 3), "int"),), desc="int")], **_PRED,
-    bugs=[bug("gap: np.invert of integers raises UnsupportedError (bools only)", "forward",
-              "tensor", when=desc_is("int"))])
+    Sample((draw(rng, (2, 3), "int"),), desc="int")], **_PRED)
 
 
 # -- 2. binary ufuncs ------------------------------------------------------------------------------
@@ -457,9 +455,20 @@ for _f in (np.logical_and, np.logical_or, np.logical_xor):
 for _f in (np.bitwise_and, np.bitwise_or, np.bitwise_xor):
     add(_f, samples=lambda rng: [
         *[Sample((draw(rng, sa, "bool"), draw(rng, sb, "bool"))) for sa, sb in BIN_SHAPES],
-        Sample((draw(rng, (2, 3), "int"), draw(rng, (2, 3), "int")), desc="int")], **_PRED,
-        bugs=[bug("gap: np.bitwise_* of integers raises UnsupportedError (bools only)",
-                  "forward", "tensor", when=desc_is("int"))])
+        *[Sample((draw(rng, sa, "int"), draw(rng, sb, "int"))) for sa, sb in BIN_SHAPES]],
+        **_PRED)   # (Python ints beside narrow arrays: tests/runtime/test_numpy_dtypes.py)
+
+
+def _shift_samples(rng):
+    counts = np.array([[0, 1, 7], [8, 63, 70]])   # beyond the width: everything shifted out
+    return [*[Sample((draw(rng, sa, "int"), np.abs(draw(rng, sb, "int")) % 9))
+              for sa, sb in BIN_SHAPES],
+            Sample((draw(rng, (2, 3), "int"), counts), desc="wide counts"),
+            Sample((-np.abs(draw(rng, (2, 3), "int")) - 1, counts), desc="negative, wide counts")]
+
+
+for _f in (np.left_shift, np.right_shift):
+    add(_f, samples=_shift_samples, **_PRED)
 
 
 # -- 3. reductions ---------------------------------------------------------------------------------

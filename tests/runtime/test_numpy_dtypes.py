@@ -9,6 +9,8 @@ rules run through the Numba code generator too (the ``executor`` fixture), in ``
 - np.reciprocal of integers is integer, np.square of bool int8;
 - sum / prod / cumsum / cumprod of unsigned integers accumulate in uint64;
 - scipy.special.xlogy(float32 array, Python float) is float64 (SciPy's loop);
+- bit operations (& | ^ ~ << >>) of integers of every width, bools and Python ints (weak:
+  uint8 & 5 is uint8), shift counts past the width included;
 - a NumPy scalar operand is strong (float32 array * np.float64(2) is float64), a Python
   number weak (float32 array * 2.0 stays float32); torch tensors keep torch's weak rule;
 - np.linalg.qr(a, mode='complete') of a tall matrix: NumPy's (m, m) Q, and a gradient
@@ -196,3 +198,28 @@ def test_numpy_scalars_are_strong_operands(dt, scalar, executor):
 def test_torch_tensors_keep_numpy_scalars_weak():
     t = gj.tensor(np.ones(3, np.float32))
     assert (t * np.float64(2.0)).dtype == np.float32
+
+
+_BIT_OPS = [lambda a, b: a & b, lambda a, b: np.bitwise_or(a, b), lambda a, b: a ^ b,
+            lambda a, b: np.left_shift(a, b), lambda a, b: a >> b, lambda a, b: ~a,
+            lambda a, b: a & 3, lambda a, b: a >> 2, lambda a, b: 5 | a]
+
+
+@pytest.mark.parametrize("db", [np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize("da", [np.int64, np.int32, np.uint8, np.int8, np.bool_])
+def test_bit_operations(da, db, executor):
+    rng = np.random.default_rng(0)
+    a = rng.integers(-100, 100, (2, 3)).astype(da)
+    b = (np.array([[0, 1, 7], [8, 63, 70]]) if db == np.int64 else
+         rng.integers(0, 9, (2, 3))).astype(db)
+    for op in _BIT_OPS:
+        try:
+            want = op(a, b)
+        except TypeError:
+            with pytest.raises(TypeError):
+                gj.jit(op)(a, b)
+            continue
+        got = gj.jit(op)(a, b)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
+    with pytest.raises(TypeError, match="bitwise_and"):
+        gj.jit(lambda x: x & 1)(np.ones(2))
