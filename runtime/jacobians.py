@@ -30,7 +30,8 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.memory import Bounded
-from gradjit.runtime.transforms import _norm_argnums, _Transformed, fresh_leaves, grad
+from gradjit.runtime.arguments import _norm_argnums, fresh_leaves
+from gradjit.runtime.transforms import _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError

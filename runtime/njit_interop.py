@@ -81,7 +81,7 @@ def _entries(t):
     """[(shapes, dtypes, exe, consts, outputs)] of ``t``'s compiled signatures that
     ``@njit`` code can call; ``outputs``: the structure of its result, as indices into
     the compiled entry's result tuple."""
-    from gradjit.runtime.transforms import _plain
+    from gradjit.runtime.arguments import _plain
     found = []
     for (layout, sig), (exe, consts, tree) in list(t._compiled.items()):
         exe = tiers.settled(exe)

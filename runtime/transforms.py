@@ -15,7 +15,6 @@ Contract
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 
 import numpy as np
@@ -25,6 +24,8 @@ from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
+from gradjit.runtime.arguments import (_Call, _has_tracer, _norm_argnums, _plain, _real_scalar,
+                                       _static_positions, fresh_leaves)
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -71,77 +72,6 @@ class _Updating:
 
 def _with_updates(exe, updates):
     return _Updating(exe, updates) if updates else exe
-
-
-def _norm_argnums(argnums):
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
-
-
-def _real_scalar(x):
-    """A Python or NumPy real number, or a 0-d / one-element real array."""
-    if isinstance(x, (bool, np.bool_)):
-        return False
-    if isinstance(x, (int, float, np.integer, np.floating)):
-        return True
-    return isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "fiu"
-
-
-def fresh_leaves(call, positions):
-    """Inside an enclosing trace (a transform called by a traced function): each
-    floating-point leaf of ``call[i]`` for ``i`` in ``positions`` replaced by a copy
-    node, a value of its own, so the transform differentiates w.r.t. that argument alone
-    and not through other arguments computed from the same outer value
-    (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``; a closure over ``x`` is a
-    constant of ``jvp(lambda a: a * x, (x,), ...)``), as JAX's. Python numbers and arrays
-    there become constants of the trace first."""
-    ref = next(x for x in pytree.flatten((list(call), call.kwargs))[0] if isinstance(x, Tracer))
-
-    def fresh(a):
-        if not isinstance(a, Tracer):
-            if not isinstance(a, (float, np.floating, np.ndarray)) or np.asarray(a).dtype.kind != "f":
-                return a
-            a = ref._const(np.asarray(a))
-        return apply("_to_copy.default", [a], {"dtype": a.dtype}) if a.dtype.kind == "f" else a
-    for i in positions:
-        if i < len(call):
-            call[i] = pytree.map_leaves(fresh, call[i])
-    return call
-
-
-def _static_positions(fn, static_argnums, static_argnames):
-    """Static positions and names, each completed from the other through fn's signature
-    (as JAX does), so a static argument is static however the caller passes it."""
-    pos, names = set(_norm_argnums(static_argnums)), set(
-        (static_argnames,) if isinstance(static_argnames, str) else static_argnames)
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return frozenset(pos), frozenset(names)
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    pos |= {positional.index(n) for n in names if n in positional}
-    names |= {positional[i] for i in pos if 0 <= i < len(positional)}
-    return frozenset(pos), frozenset(names)
-
-
-class _Call(list):
-    """The positional arguments a traced function is called with (tracers where the
-    caller's arrays were); ``kwargs`` holds its keyword arguments."""
-
-    def __init__(self, args, kwargs):
-        super().__init__(args)
-        self.kwargs = kwargs
-
-
-def _has_tracer(args, kwargs):
-    leaves, _ = pytree.flatten((args, kwargs))
-    return any(isinstance(x, Tracer) for x in leaves)
-
-
-def _plain(layout):
-    """True when every argument is one traced array and none is a keyword: the compiled
-    entry can then be called with the caller's own arguments (the hot path)."""
-    parts, kparts = layout
-    return not kparts and all(p[0] == "tree" and p[1] is None and p[2] == (None,) for p in parts)
 
 
 def _lookup(mod, qualname):

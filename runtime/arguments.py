@@ -1,0 +1,93 @@
+"""How a function transform sees its arguments.
+
+Contract
+- ``_Call(args, kwargs)``: the positional arguments a traced function is called with
+  (tracers where the caller's arrays were), ``kwargs`` its keyword arguments.
+- ``_norm_argnums`` / ``_static_positions``: argnums as a tuple; static positions and
+  names, each completed from the other through the function's signature (as JAX's).
+- ``_has_tracer``: a call made inside another trace (the transform then traces inline).
+- ``_plain(layout)``: every argument one traced array, no keywords (the hot path).
+- ``fresh_leaves(call, positions)``: for a transform inside another's trace, each
+  differentiated leaf as a value of its own (no perturbation confusion).
+- ``_real_scalar``: what a function may return for a constant loss.
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from gradjit.tracer import pytree
+from gradjit.tracer.api import apply
+from gradjit.tracer.trace import Tracer
+
+
+def _norm_argnums(argnums):
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def _real_scalar(x):
+    """A Python or NumPy real number, or a 0-d / one-element real array."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return True
+    return isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "fiu"
+
+
+def fresh_leaves(call, positions):
+    """Inside an enclosing trace (a transform called by a traced function): each
+    floating-point leaf of ``call[i]`` for ``i`` in ``positions`` replaced by a copy
+    node, a value of its own, so the transform differentiates w.r.t. that argument alone
+    and not through other arguments computed from the same outer value
+    (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``; a closure over ``x`` is a
+    constant of ``jvp(lambda a: a * x, (x,), ...)``), as JAX's. Python numbers and arrays
+    there become constants of the trace first."""
+    ref = next(x for x in pytree.flatten((list(call), call.kwargs))[0] if isinstance(x, Tracer))
+
+    def fresh(a):
+        if not isinstance(a, Tracer):
+            if not isinstance(a, (float, np.floating, np.ndarray)) or np.asarray(a).dtype.kind != "f":
+                return a
+            a = ref._const(np.asarray(a))
+        return apply("_to_copy.default", [a], {"dtype": a.dtype}) if a.dtype.kind == "f" else a
+    for i in positions:
+        if i < len(call):
+            call[i] = pytree.map_leaves(fresh, call[i])
+    return call
+
+
+def _static_positions(fn, static_argnums, static_argnames):
+    """Static positions and names, each completed from the other through fn's signature
+    (as JAX does), so a static argument is static however the caller passes it."""
+    pos, names = set(_norm_argnums(static_argnums)), set(
+        (static_argnames,) if isinstance(static_argnames, str) else static_argnames)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return frozenset(pos), frozenset(names)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    pos |= {positional.index(n) for n in names if n in positional}
+    names |= {positional[i] for i in pos if 0 <= i < len(positional)}
+    return frozenset(pos), frozenset(names)
+
+
+class _Call(list):
+    """The positional arguments a traced function is called with (tracers where the
+    caller's arrays were); ``kwargs`` holds its keyword arguments."""
+
+    def __init__(self, args, kwargs):
+        super().__init__(args)
+        self.kwargs = kwargs
+
+
+def _has_tracer(args, kwargs):
+    leaves, _ = pytree.flatten((args, kwargs))
+    return any(isinstance(x, Tracer) for x in leaves)
+
+
+def _plain(layout):
+    """True when every argument is one traced array and none is a keyword: the compiled
+    entry can then be called with the caller's own arguments (the hot path)."""
+    parts, kparts = layout
+    return not kparts and all(p[0] == "tree" and p[1] is None and p[2] == (None,) for p in parts)
