@@ -4,7 +4,8 @@ nests; the CUDA generator writes the same expressions into its kernels).
 
 Contract
 - ``_expr(node, a, e)``: the expression of elementwise ``node`` on the input
-  expressions ``a``; scalar attributes become ``consts`` slots (``e.const``),
+  expressions ``a``, cast to its dtype where that is a narrow integer (NumPy wraps each
+  step there; Numba would compute in 64 bits); scalar attributes become ``consts`` slots (``e.const``),
   transcendentals ``fm.<name>`` where the emitter allows fast math. An op with
   no expression raises NotImplementedError naming it. Integer and bool operands of
   float math (``OpDef.float_math``: exp, sigmoid, atan2 ...) are cast to the float
@@ -25,7 +26,15 @@ from gradjit.tracer.registry import get_op
 
 
 def _expr(node, a, e):
-    """The scalar expression of an elementwise node. ``a``: input expressions."""
+    """The scalar expression of an elementwise node. ``a``: input expressions. A result
+    of a narrow integer dtype is cast to it: Numba computes int8 ... int32 (and unsigned)
+    arithmetic in 64 bits, NumPy wraps each step in the dtype (``(x << 7) > 0`` of int8)."""
+    s = _raw_expr(node, a, e)
+    out = node.outputs[0].dtype
+    return f"{_np_dtype(out)}({s})" if out.kind in "iu" and out.itemsize < 8 else s
+
+
+def _raw_expr(node, a, e):
     op, at = node.op, node.attrs
     out = node.outputs[0].dtype
     ref = node.inputs[0].dtype if node.inputs else out

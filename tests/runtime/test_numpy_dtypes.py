@@ -223,3 +223,21 @@ def test_bit_operations(da, db, executor):
         assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
     with pytest.raises(TypeError, match="bitwise_and"):
         gj.jit(lambda x: x & 1)(np.ones(2))
+
+
+_NARROW = [lambda x, c: (x << 7) > 0, lambda x, c: (x << c) // 3, lambda x, c: (x << 1) >> 1,
+           lambda x, c: (x + x) > 0, lambda x, c: (x * x) % 7, lambda x, c: (x + x) * 0.5,
+           lambda x, c: -x + 1, lambda x, c: (x.astype(np.int16) * 300) // 7]
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8, np.int16, np.uint32])
+def test_narrow_integers_wrap_at_every_step(dt, executor):
+    """Compiled loops compute narrow integers in 64 bits unless each step is cast back:
+    ``(x << 7) > 0`` of int8 is False everywhere in NumPy."""
+    x = np.array([1, -3, 64, -128, 127, 100]).astype(dt)
+    c = np.array([7, 1, 2, 9, 3, 5]).astype(dt)
+    for op in _NARROW:
+        with np.errstate(all="ignore"):
+            want = op(x, c)
+        got = gj.jit(op)(x, c)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
