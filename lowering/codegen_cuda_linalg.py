@@ -140,7 +140,7 @@ def _eigh(e, node):
     a, nb, n, _ = _batched(e, node.inputs[0], node)
     wv, Vv = node.outputs
     S, w, V = _tmp(e, (nb, n, n), wv.dtype), _tmp(e, (nb, n), wv.dtype), _tmp(e, (nb, n, n), wv.dtype)
-    _launch(e, "eigh", [a, S, w, V], nb, node)
+    _launch(e, "eigh", [a, S, w, V, str(bool(node.attrs["upper"]))], nb, node)
     _out(e, wv, w)
     _out(e, Vv, V)
 

@@ -12,7 +12,7 @@ Contract
   triangular solves; Householder QR with LAPACK's reflector convention
   (``beta = -sign(alpha) * norm``; ``tau = 0`` when the column is already
   reduced), Q formed from the reflectors (geqrf + orgqr).
-- eigh: cyclic Jacobi on the lower triangle (UPLO='L'), eigenvalues ascending;
+- eigh: cyclic Jacobi on the lower triangle (UPLO='L') or the upper one, eigenvalues ascending;
   svd: one-sided Jacobi, singular values descending; pinv from the SVD with
   NumPy's cutoff (1e-15 x the largest singular value). Eigen- and singular
   vectors are unique only up to sign (as with LAPACK, whose signs differ):
@@ -319,13 +319,14 @@ def _jacobi_eig(S, V, b, n):
 
 
 @cuda.jit(cache=True)
-def eigh(A, S, w, V, nb):
+def eigh(A, S, w, V, upper, nb):
     b = cuda.grid(1)
     if b < nb:
         n = A.shape[1]
         for i in range(n):
-            for j in range(n):
-                S[b, i, j] = A[b, i, j] if i >= j else A[b, j, i]   # lower triangle (UPLO='L')
+            for j in range(n):   # the lower triangle (UPLO='L'), or the upper one
+                lo = A[b, i, j] if i >= j else A[b, j, i]
+                S[b, i, j] = (A[b, j, i] if i >= j else A[b, i, j]) if upper else lo
         _jacobi_eig(S, V, b, n)
         for i in range(n):
             w[b, i] = S[b, i, i]

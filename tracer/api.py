@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim,  # noqa: F401
-                                     norm_dims, operands, register_frontend)
+                                     norm_dims, operands, promoting, register_frontend, strong)
 from gradjit.tracer.methods_creation import CreationMethods
 from gradjit.tracer.methods_index import IndexMethods
 from gradjit.tracer.methods_index2 import IndexMethods2
 from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
 from gradjit.tracer.methods_reduce import ReduceMethods
-from gradjit.tracer.registry import GradjitError, ShapeError, user_site
+from gradjit.tracer.registry import GradjitError, ShapeError, real_only, user_site
 
 # Binary ops: (tensor op, scalar op, reversed-scalar handler)
 def _rdiv(t, s):
@@ -77,16 +77,6 @@ def _reflected(name):
     return method
 
 
-def _strong(x, other):
-    """A NumPy scalar beside a traced array is strong in NumPy's promotion (NEP 50:
-    float32 array * np.float64(2) is float64), unlike a Python number: where that changes
-    the result dtype it becomes a 0-d constant. Torch tensors keep torch's rule (weak)."""
-    if (isinstance(x, np.generic) and getattr(other, "_numpy_promotion", False)
-            and np.result_type(other.dtype, x) != np.result_type(other.dtype, x.item())):
-        return other._const(np.asarray(x))
-    return x
-
-
 def binary(name, a, b):
     if isinstance(a, ArrayOps):   # the usual cases first, without the general checks
         if isinstance(b, ArrayOps):
@@ -98,8 +88,11 @@ def binary(name, a, b):
             return (apply("pow.Tensor_Scalar", [a], {"exponent": b}) if name == "pow" else
                     apply(f"{name}.Scalar", [a], {"other": b}))
     if isinstance(a, np.generic) or isinstance(b, np.generic):
-        a, b = _strong(a, b), _strong(b, a)
+        a, b = strong(a, b), strong(b, a)
     a, b = _py(a), _py(b)
+    for x in (a, b):
+        if isinstance(x, complex):
+            real_only(np.dtype(complex), f"{name}'s operand {x!r}")
     sa, sb = is_scalar(a), is_scalar(b)
     if sb and not sa:
         key = "exponent" if name == "pow" else "other"
@@ -126,7 +119,8 @@ def where(condition, x, y):
         raise TypeError("where: at least one of condition, x, y must be a gradjit tensor")
     other = y if is_scalar(x) else x
     dt = getattr(other, "dtype", None)
-    args = [ref._const(np.asarray(v, dtype=None if dt is None else np.result_type(dt, _py(v))))
+    args = [ref._const(np.asarray(v, dtype=None if dt is None else
+                                  np.result_type(dt, promoting(v, ref))))
             if is_scalar(v) and v is not condition else
             ref._const(np.asarray(v)) if is_scalar(v) else v for v in (condition, x, y)]
     return apply("where.self", args, {})

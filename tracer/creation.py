@@ -29,6 +29,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.methods_creation import size_tuple
+from gradjit.tracer.registry import real_only
 from gradjit.tracer.rng_guard import check_draw
 from gradjit.tracer.tensor import Tensor
 
@@ -54,7 +55,9 @@ def as_tensor(data, dtype=None):
     the requested dtype; lists and scalars are copied (as ``torch.as_tensor``)."""
     if isinstance(data, Tensor):
         return data if dtype is None or np.dtype(dtype) == data.dtype else data.to(dtype)
-    return Tensor(np.asarray(data, dtype=dtype))
+    data = np.asarray(data, dtype=dtype)
+    real_only(data.dtype, "gj.as_tensor's data")
+    return Tensor(data)
 
 
 # -- filled ---------------------------------------------------------------------------------------

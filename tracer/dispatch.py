@@ -63,9 +63,27 @@ def norm_dims(dim, ndim, op="dim"):
     return dims if ndim else ()
 
 
+def strong(x, other):
+    """A NumPy scalar beside a traced array is strong in NumPy's promotion (NEP 50:
+    float32 array * np.float64(2) is float64), unlike a Python number: where that changes
+    the result dtype it becomes a 0-d constant. Torch tensors keep torch's rule (weak)."""
+    if (isinstance(x, np.generic) and getattr(other, "_numpy_promotion", False)
+            and np.result_type(other.dtype, x) != np.result_type(other.dtype, x.item())):
+        return other._const(np.asarray(x))
+    return x
+
+
+def promoting(x, like):
+    """What ``np.result_type`` should see for scalar ``x`` beside ``like``: a NumPy scalar
+    as itself where ``like`` follows NumPy (strong), else a Python number (weak)."""
+    return x if isinstance(x, np.generic) and getattr(like, "_numpy_promotion", False) else _py(x)
+
+
 def as_operand(x, like):
     """``x`` as a gradjit object: tensors pass, scalars and arrays become constants of
-    ``like``'s front end; a Python scalar takes the promoted dtype of ``like`` (weak)."""
+    ``like``'s front end; a Python scalar takes the promoted dtype of ``like`` (weak), a
+    NumPy scalar beside a traced array keeps its own (strong, as NumPy's)."""
+    x = strong(x, like)
     x = _py(x)
     if hasattr(x, "_apply"):
         return x

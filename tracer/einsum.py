@@ -136,7 +136,8 @@ def _contract(x, lx, y, ly, keep, eq, ops):
     return z.reshape(out_shape), batch + lonly + ronly
 
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"   # NumPy's: 0 is 'A', so
+#                                                         an implicit output keeps integer order
 
 
 def sublist_form(args):

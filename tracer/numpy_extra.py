@@ -204,9 +204,9 @@ def _conj(x):
 
 
 def _real_test(real):
-    """np.isreal / np.iscomplex of a real array: every element is real, whatever the
-    values, so the answer is a concrete array (``if not np.iscomplex(x)`` may steer
-    Python control flow)."""
+    """np.isreal / np.iscomplex: every element of a gradjit array is real (complex ones
+    are refused where they enter, registry.real_only), whatever the values, so the answer
+    is a concrete array (``if not np.iscomplex(x)`` may steer Python control flow)."""
     return lambda x: np.full(tuple(x.shape), real)
 
 

@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps, where
+from gradjit.tracer.dispatch import promoting
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.numpy_args import unsupported
 from gradjit.tracer.numpy_reduce import np_transpose
@@ -137,6 +138,9 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
     hi = None if hi is np._NoValue else hi
     if lo is None and hi is None:
         raise ValueError("One of max or min must be given")
+    bounds = [promoting(v, a) for v in (lo, hi) if isinstance(v, np.generic)]
+    if bounds and np.result_type(a.dtype, *bounds) != a.dtype:   # strong NumPy scalars
+        a = ArrayOps.to(a, np.result_type(a.dtype, *bounds))
     return ArrayOps.clamp(a, lo, hi) if not (hasattr(lo, "_apply") or hasattr(hi, "_apply")) \
         else _clip_traced(a, lo, hi)
 

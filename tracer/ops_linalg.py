@@ -16,7 +16,7 @@ Contract
   ``full_matrices`` (set by the front end for non-square inputs only) the full
   ``U`` (m, m) and ``Vh`` (n, n); ``linalg_eigh`` reads the lower triangle (as
   NumPy's default ``UPLO='L'``; ``upper``: the upper one, and LAPACK's eigenvector
-  signs for it, which differ); ``linalg_solve_triangular`` reads only the
+  signs for it, which differ; CUDA's Jacobi reads the triangle, its signs are its own); ``linalg_solve_triangular`` reads only the
   triangle named by ``upper`` (and not the diagonal when ``unitriangular``).
 - Composites spelled in the front end with these and the core ops (no op of
   their own): logdet, cholesky_solve, lstsq, matrix_norm, vector_norm, and the

@@ -303,3 +303,13 @@ def bind_attrs(op, attrs):
     if extra:
         raise TypeError(f"{op.name}: unexpected arguments {sorted(extra)} ({op.schema.text})")
     return out
+
+
+def real_only(dtype, what):
+    """gradjit's ops are real-valued: a complex array would meet formulas and kernels
+    written for real numbers (np.real / np.conj as the identity, a crash in Numba), so it
+    is refused where it enters a trace or a tensor."""
+    if getattr(dtype, "kind", None) == "c":
+        raise GradjitError(f"{what} is of dtype {dtype.name}: gradjit computes with "
+                           f"real numbers only (complex arrays are not supported); pass the "
+                           f"real and imaginary parts as two real arrays", user_site())

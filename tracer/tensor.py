@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer import tape
+from gradjit.tracer.registry import real_only
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
 from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
@@ -361,6 +362,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
     elif is_device_array(data):
         data = data.copy_to_host()
     array = np.array(data, dtype=dtype, copy=True)
+    real_only(array.dtype, "gj.tensor's data")
     if canonical(device) == "cuda":
         Tensor._cuda.require("gj.tensor(..., device='cuda')")
         array = Tensor._cuda.to_device(array)

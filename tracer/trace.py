@@ -24,7 +24,8 @@ from gradjit.tracer import pytree
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.numpy_methods import NumpyMethods
 from gradjit.tracer.ir import Graph
-from gradjit.tracer.registry import GradjitError, _user_frame, bind_attrs, get_op, user_site
+from gradjit.tracer.registry import (GradjitError, _user_frame, bind_attrs, get_op, real_only,
+                                     user_site)
 from gradjit.tracer.tracer_setitem import VIEW_OPS, note_view, setitem
 
 
@@ -148,6 +149,8 @@ class Tracer(NumpyMethods, ArrayOps):
                 vals.append(constant(g, np.asarray(x)).value)
         site = g.site_override or user_site()
         out_types = op.infer(vals, attrs)
+        for _, dt in out_types:   # (x * 1j: a complex result of real operands)
+            real_only(np.dtype(dt), f"the result of {op_name}")
         outs = g.add_node(op_name, vals, attrs, out_types, site)
         res = [Tracer(g, v) for v in outs]
         if op_name in VIEW_OPS and view_of and g.view_tree is not None:
@@ -197,6 +200,7 @@ class BodyTrace:
 def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
+    real_only(array.dtype, "an array the traced function captured or made")
     if array.ndim == 0:  # scalars: one input per (dtype, value), e.g. the 0 of where(c, g, 0)
         key = ("scalar", array.dtype.str, array.tobytes())  # exact bits: -0.0 is not 0.0
         v = graph.constant_ids.get(key)
@@ -226,6 +230,7 @@ def trace(args, name="jit"):
             continue
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):  # device arrays stay put
             a = np.asarray(a)
+        real_only(a.dtype, f"argument {len(arg_values)} of the traced function (shape {tuple(a.shape)})")
         v = g.add_input(tuple(a.shape), np.dtype(a.dtype))
         arg_values.append(v)
         tracers.append(Tracer(g, v))

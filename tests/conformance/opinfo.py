@@ -346,6 +346,8 @@ add(np.around, samples=_round_samples, **_NOGRAD)
 
 # predicates and logical ufuncs: boolean results, forward only
 _PRED = dict(differentiable=False, second_order=False)
+for _f in (np.iscomplex, np.isreal):   # (real arrays: a concrete answer)
+    add(_f, samples=unary_samples("grid", ints=False), **_PRED)
 for _f in (np.isnan, np.isinf, np.isfinite):
     add(_f, samples=unary_samples("special", ints=False, special=False, extra=lambda rng: [
         Sample((draw(rng, (2, 3), "int"),)), Sample((draw(rng, (2, 3), "bool"),))]), **_PRED)

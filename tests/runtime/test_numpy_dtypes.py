@@ -176,9 +176,12 @@ def test_where_promotes_python_scalars_as_numpy(executor):
     _same(gj.jit(lambda c, a: np.where(c, a, 0.5))(b, x32), np.where(b, x32, 0.5))
 
 
+_MASK = np.array([True, False, True])
 _OPERATORS = [lambda x, s: x * s, lambda x, s: s * x, lambda x, s: x - s, lambda x, s: s - x,
               lambda x, s: x / s, lambda x, s: s / x, lambda x, s: x ** s, lambda x, s: s + x,
-              lambda x, s: x > s]
+              lambda x, s: x > s, lambda x, s: x % s, lambda x, s: np.where(_MASK, x, s),
+              lambda x, s: np.clip(x, s, s * 2), lambda x, s: x.clip(None, s),
+              lambda x, s: np.maximum(x, s)]
 
 
 @pytest.mark.parametrize("scalar", [np.float64(2.0), np.float32(2.0), np.int64(2), np.int8(2),

@@ -168,3 +168,15 @@ def test_constant_and_one_element_outputs(executor):
     np.testing.assert_allclose(g, 2 * x)
     with pytest.raises(gj.GradjitError, match="scalar-output"):
         gj.grad(lambda x: x[0])(X)
+
+
+def test_complex_values_are_refused_where_they_enter(interpreted):
+    """gradjit computes with real numbers; complex arrays would meet real-only formulas
+    (np.real / np.conj as the identity) or crash in Numba, so they raise at the door."""
+    z = np.array([1 + 1j, 2 + 0j])
+    for call in (lambda: gj.jit(lambda z: np.real(z))(z),
+                 lambda: gj.grad(lambda x: (x * z).real.sum())(np.ones(2)),
+                 lambda: gj.jit(lambda x: (x * 1j).imag)(np.ones(2)),
+                 lambda: gj.tensor(z), lambda: gj.as_tensor(z)):
+        with pytest.raises(gj.GradjitError, match="complex128: gradjit computes with real"):
+            call()

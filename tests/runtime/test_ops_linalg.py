@@ -92,6 +92,13 @@ def test_einsum_sublist_form(args, interpreted):
         np.testing.assert_allclose(grads[k], num, rtol=1e-6, atol=1e-8)
 
 
+def test_einsum_sublist_form_implicit_output_in_integer_order(interpreted):
+    a = _rng.standard_normal((2, 3))
+    for labels in ([30, 0], [26, 25], [51, 0]):   # NumPy: 0-25 are 'A'-'Z', 26-51 'a'-'z'
+        np.testing.assert_array_equal(gj.jit(lambda x: np.einsum(x, labels))(a),
+                                      np.einsum(a, labels))
+
+
 def test_einsum_sublist_form_errors(interpreted):
     with pytest.raises(ValueError, match="sublist form must be an integer"):
         gj.jit(lambda a: np.einsum(a, [0, "i"]))(np.ones((2, 2)))
