@@ -13,6 +13,10 @@ Contract
   each cold compile (``reshape``: Numba's reshape lowering compiles a
   subroutine, ``normalize_reshape_value``, once per process, uncached).
   ``forceinline``: no call overhead in the caller's loops.
+- ``eigh_upper64(a)`` / ``eigh_upper32(a)``: ``np.linalg.eigh(a, UPLO='U')`` (Numba's has
+  only 'L'), through Numba's own LAPACK entry, so the eigenvector signs are LAPACK's for
+  the upper triangle, as NumPy's. Unlike Numba's eigh it does not check for NaN (NumPy
+  returns NaNs, as this does).
 - ``total(a, n)``: the sum of the first ``n`` elements of a 1-D float array,
   in float64, over 16 lanes (then the lanes, then the tail). Large fused
   loops store the operand of their full-sum reductions block by block and

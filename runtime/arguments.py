@@ -1,15 +1,16 @@
 """How a function transform sees its arguments.
 
 Contract
-- ``_Call(args, kwargs)``: the positional arguments a traced function is called with
+- ``Call(args, kwargs)``: the positional arguments a traced function is called with
   (tracers where the caller's arrays were), ``kwargs`` its keyword arguments.
-- ``_norm_argnums`` / ``_static_positions``: argnums as a tuple; static positions and
+- ``norm_argnums`` / ``static_positions``: argnums as a tuple; static positions and
   names, each completed from the other through the function's signature (as JAX's).
-- ``_has_tracer``: a call made inside another trace (the transform then traces inline).
-- ``_plain(layout)``: every argument one traced array, no keywords (the hot path).
+- ``has_tracer``: a call made inside another trace (the transform then traces inline).
+- ``plain(layout)``: every argument one traced array, no keywords (the hot path).
 - ``fresh_leaves(call, positions)``: for a transform inside another's trace, each
   differentiated leaf as a value of its own (no perturbation confusion).
-- ``_real_scalar``: what a function may return for a constant loss.
+- ``first_tracer(call)``; ``constant_loss(out)``: a returned number that depends on no
+  argument, as the float array whose gradient is zeros.
 """
 from __future__ import annotations
 
@@ -22,17 +23,27 @@ from gradjit.tracer.api import apply
 from gradjit.tracer.trace import Tracer
 
 
-def _norm_argnums(argnums):
+def norm_argnums(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def _real_scalar(x):
-    """A Python or NumPy real number, or a 0-d / one-element real array."""
-    if isinstance(x, (bool, np.bool_)):
-        return False
-    if isinstance(x, (int, float, np.integer, np.floating)):
-        return True
-    return isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "fiu"
+def first_tracer(call):
+    """The first tracer among a call's arguments and keyword arguments (None if none)."""
+    return next((x for x in pytree.flatten((list(call), call.kwargs))[0]
+                 if isinstance(x, Tracer)), None)
+
+
+def constant_loss(out):
+    """A function's value that depends on no argument, as a float array (its gradient is
+    zeros, as JAX's and autograd's), or None when ``out`` is not a real number or a
+    one-element real array."""
+    if isinstance(out, (bool, np.bool_)) or not isinstance(
+            out, (int, float, np.integer, np.floating, np.ndarray)):
+        return None
+    a = np.asarray(out)
+    if a.size != 1 or a.dtype.kind not in "fiu":
+        return None
+    return a if a.dtype.kind == "f" else a.astype(np.float64)
 
 
 def fresh_leaves(call, positions):
@@ -43,7 +54,7 @@ def fresh_leaves(call, positions):
     (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``; a closure over ``x`` is a
     constant of ``jvp(lambda a: a * x, (x,), ...)``), as JAX's. Python numbers and arrays
     there become constants of the trace first."""
-    ref = next(x for x in pytree.flatten((list(call), call.kwargs))[0] if isinstance(x, Tracer))
+    ref = first_tracer(call)
 
     def fresh(a):
         if not isinstance(a, Tracer):
@@ -57,10 +68,10 @@ def fresh_leaves(call, positions):
     return call
 
 
-def _static_positions(fn, static_argnums, static_argnames):
+def static_positions(fn, static_argnums, static_argnames):
     """Static positions and names, each completed from the other through fn's signature
     (as JAX does), so a static argument is static however the caller passes it."""
-    pos, names = set(_norm_argnums(static_argnums)), set(
+    pos, names = set(norm_argnums(static_argnums)), set(
         (static_argnames,) if isinstance(static_argnames, str) else static_argnames)
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -72,7 +83,7 @@ def _static_positions(fn, static_argnums, static_argnames):
     return frozenset(pos), frozenset(names)
 
 
-class _Call(list):
+class Call(list):
     """The positional arguments a traced function is called with (tracers where the
     caller's arrays were); ``kwargs`` holds its keyword arguments."""
 
@@ -81,12 +92,12 @@ class _Call(list):
         self.kwargs = kwargs
 
 
-def _has_tracer(args, kwargs):
+def has_tracer(args, kwargs):
     leaves, _ = pytree.flatten((args, kwargs))
     return any(isinstance(x, Tracer) for x in leaves)
 
 
-def _plain(layout):
+def plain(layout):
     """True when every argument is one traced array and none is a keyword: the compiled
     entry can then be called with the caller's own arguments (the hot path)."""
     parts, kparts = layout

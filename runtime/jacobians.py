@@ -30,7 +30,7 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.memory import Bounded
-from gradjit.runtime.arguments import _norm_argnums, fresh_leaves
+from gradjit.runtime.arguments import norm_argnums, fresh_leaves
 from gradjit.runtime.transforms import _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
@@ -79,7 +79,7 @@ def _flat_seed(g, leaves):
 class _Jac(_Transformed):
     def __init__(self, fn, argnums=0, static_argnums=(), static_argnames=()):
         super().__init__(fn, static_argnums, static_argnames=static_argnames)
-        self.argnums = _norm_argnums(argnums)
+        self.argnums = norm_argnums(argnums)
         self.single = isinstance(argnums, int)
 
     def _diff_args(self, call):

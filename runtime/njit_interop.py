@@ -51,8 +51,9 @@ def _define(what, lines, names):
     so two transforms with the same text must not share a module (``gensrc.load`` shares
     by content)."""
     source = f"# gradjit: {what}\n" + "\n".join(lines) + "\n"
-    name = f"gj_njit_{next(_SEQ)}"
-    mod = gensrc.import_source(name, source, f"<gradjit {what}>", names)
+    k = next(_SEQ)
+    name = f"gj_njit_{k}"   # (and a path of its own: tracebacks show this stand-in's text)
+    mod = gensrc.import_source(name, source, f"<gradjit {what} #{k}>", names)
     # Not a module afterwards: a user's ``@njit(cache=True)`` function that calls the
     # stand-in must not record it by module name, since the next process has no such
     # module when Numba's cache loads. Functions whose ``__module__`` is None and whose
@@ -81,11 +82,11 @@ def _entries(t):
     """[(shapes, dtypes, exe, consts, outputs)] of ``t``'s compiled signatures that
     ``@njit`` code can call; ``outputs``: the structure of its result, as indices into
     the compiled entry's result tuple."""
-    from gradjit.runtime.arguments import _plain
+    from gradjit.runtime.arguments import plain
     found = []
     for (layout, sig), (exe, consts, tree) in list(t._compiled.items()):
         exe = tiers.settled(exe)
-        if not _plain(layout) or type(exe) is not Executable or not exe.plain_in:
+        if not plain(layout) or type(exe) is not Executable or not exe.plain_in:
             continue
         try:
             outputs = t._unpack(tree, list(range(len(exe.graph.outputs))))

@@ -24,8 +24,8 @@ from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
-from gradjit.runtime.arguments import (_Call, _has_tracer, _norm_argnums, _plain, _real_scalar,
-                                       _static_positions, fresh_leaves)
+from gradjit.runtime.arguments import (Call, constant_loss, first_tracer, fresh_leaves, has_tracer,
+                                       norm_argnums, plain, static_positions)
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -107,7 +107,7 @@ class _Transformed:
 
     def __init__(self, fn, static_argnums=(), device=None, static_argnames=()):
         self.fn = fn
-        self.static, self.static_names = _static_positions(fn, static_argnums, static_argnames)
+        self.static, self.static_names = static_positions(fn, static_argnums, static_argnames)
         self.device = canonical(device)
         if self.device == "cuda":
             require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
@@ -172,8 +172,8 @@ class _Transformed:
 
     def _call_slow(self, args, kwargs=None):
         kwargs = kwargs or {}
-        if _has_tracer(args, kwargs):
-            return self._inline(_Call(args, kwargs))
+        if has_tracer(args, kwargs):
+            return self._inline(Call(args, kwargs))
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
         entry = self._compiled.get(key)
@@ -182,7 +182,7 @@ class _Transformed:
                 entry = self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered and entry[0].ready is not None:
             entry = self._compiled[key] = (entry[0].ready,) + tuple(entry[1:])   # compiled now
-        self._hot = self._make_hot(entry) if _plain(layout) else None
+        self._hot = self._make_hot(entry) if plain(layout) else None
         exe, consts, tree = entry
         if self.device == "cuda":
             return self._call_cuda(exe, consts, tree, traced)
@@ -204,7 +204,7 @@ class _Transformed:
         g, tracers, arg_values = trace(traced, name=getattr(self.fn, "__name__", "fn"))
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
         call_args, call_kwargs = pytree.join_args(layout, tracers)
-        return g, _Call(call_args, call_kwargs), arg_values
+        return g, Call(call_args, call_kwargs), arg_values
 
     def _build(self, traced, layout):
         g, call, arg_values = self._trace_leaves(traced, layout)
@@ -266,7 +266,7 @@ class value_and_grad(_Transformed):
     def __init__(self, fn, argnums=0, has_aux=False, static_argnums=(), device=None,
                  static_argnames=()):
         super().__init__(fn, static_argnums, device, static_argnames)
-        self.argnums = _norm_argnums(argnums)
+        self.argnums = norm_argnums(argnums)
         self.single = isinstance(argnums, int)
         self.has_aux = bool(has_aux)
         bad = self.static & set(self.argnums)
@@ -306,14 +306,10 @@ class value_and_grad(_Transformed):
                 raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
                                    f"(value, aux), got {type(out).__name__}", user_site())
             out, aux = out
-        if not isinstance(out, Tracer) and _real_scalar(out):
-            # a value that depends on no argument (a constant): its gradient is zeros, as
-            # JAX's and autograd's (torch would raise: nothing requires grad)
-            ref = next((x for x in pytree.flatten((list(call), call.kwargs))[0]
-                        if isinstance(x, Tracer)), None)
-            out = (ref._const if ref is not None else functools.partial(constant, graph))(
-                np.asarray(out, dtype=np.asarray(out).dtype if np.asarray(out).dtype.kind == "f"
-                           else np.float64))
+        const = None if isinstance(out, Tracer) else constant_loss(out)
+        if const is not None:   # (torch would raise: nothing requires grad)
+            ref = first_tracer(call)
+            out = ref._const(const) if ref is not None else constant(graph, const)
         if not isinstance(out, Tracer):
             raise GradjitError(f"{name}: the function must return one array"
                                f"{' (and aux)' if self.has_aux else ''}, got "

@@ -3,15 +3,17 @@
 Contract
 - Three modules map NumPy callables to implementations with NumPy's full
   signatures and values: this one (the shared helpers; the ufuncs isnan,
-  isfinite, isinf, logical_and / or / not / xor, bitwise_and / or / xor and
-  invert of bools, fabs, conjugate; argmax, argmin, argsort, any, all,
+  isfinite, isinf, logical_and / or / not / xor, bitwise_and / or / xor, invert,
+  left_shift, right_shift (bools: the logical ops; integers: the bit ops), fabs,
+  conjugate; iscomplex, isreal (concrete: gradjit arrays are real); argmax, argmin, argsort, any, all,
   count_nonzero, ptp, nancumsum, nancumprod; concatenate, stack, hstack,
   vstack, row_stack, dstack, column_stack with ``dtype=`` / ``casting=``,
   append, atleast_1d/2d/3d; linspace with traced ends), ``tracer/numpy_pad.py``
   (pad) and ``tracer/numpy_extra2.py`` (the rest, and the checked tables
   ``NUMPY_FUNCTIONS`` / ``NUMPY_UFUNCS`` that ``tracer/numpy_protocol.py`` merges).
 - No ops and no yaml entries of their own: each is a composite of registered
-  ops, differentiated through its parts. Integer and boolean results (argmax,
+  ops (the bit operations: ``bitwise_*`` ops of tracer/ops_math.py), differentiated
+  through its parts. Integer and boolean results (argmax,
   isnan, any ...) come from ops that carry no gradient.
 - The torch-named surface is called *unbound* (``ArrayOps.sum(a, ...)``): a
   ``Tracer``'s own methods follow NumPy (``tracer/numpy_methods.py``), and an

@@ -345,6 +345,9 @@ class _IndexConcat:
                     raise ValueError(f"unknown special directive {item!r}") from None
                 axis, ndmin, trans1d = (vec + [ndmin, trans1d][len(vec) - 1:])[:3]
                 continue
+            if isinstance(item, (list, tuple)):   # [v[0], 1.0]: traced values inside a list
+                from gradjit.tracer.coercion import _holds_traced, to_traced
+                item = to_traced(item, like) if _holds_traced(item) else item
             if isinstance(item, slice) or not is_obj(item) and type(item) not in np.ScalarType:
                 new = np.r_[item] if isinstance(item, slice) else np.asarray(item)
                 if isinstance(item, slice) and ndmin > 1:
