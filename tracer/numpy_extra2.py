@@ -376,7 +376,7 @@ r_ = _IndexConcat(np.r_, 0, 1, -1)
 c_ = _IndexConcat(np.c_, -1, 2, 0)
 
 _TABLE2 = {
-    np.real: lambda val: val, np.imag: _imag, np.angle: _angle, np.sinc: _sinc,
+    np.real: lambda val: val, np.imag: _imag, np.real_if_close: lambda a, tol=100: a, np.angle: _angle, np.sinc: _sinc,
     np.split: _split, np.array_split: _array_split,
     np.hsplit: _split_on("hsplit", 1, lambda a: 1 if a.ndim > 1 else 0),
     np.vsplit: _split_on("vsplit", 2, lambda a: 0),

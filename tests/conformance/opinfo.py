@@ -346,6 +346,7 @@ add(np.around, samples=_round_samples, **_NOGRAD)
 
 # predicates and logical ufuncs: boolean results, forward only
 _PRED = dict(differentiable=False, second_order=False)
+add(np.real_if_close, samples=unary_samples("grid", ints=False))   # (real: the array itself)
 for _f in (np.iscomplex, np.isreal):   # (real arrays: a concrete answer)
     add(_f, samples=unary_samples("grid", ints=False), **_PRED)
 for _f in (np.isnan, np.isinf, np.isfinite):
