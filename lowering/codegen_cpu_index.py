@@ -58,8 +58,13 @@ def _slice_backward(e, node):
     (g,), out, a = node.inputs, node.outputs[0], node.attrs
     e.emit(1, f"v{out.id} = al.zeros({shape_arg(out.shape)}, {_dt(out.dtype)})", node)
     if g.size:
-        sl = _sl_text(out.ndim, a["dim"], a["start"], a["end"], a["step"])
-        e.emit(1, f"v{out.id}[{sl}] = v{g.id}")
+        # an element loop, not ``v[sl] = g``: Numba compiles an array assignment's shape
+        # check with its error message (seconds of string formatting code) into every module
+        dim = a["dim"]
+        rows = range(out.shape[dim])[slice(a["start"], a["end"], a["step"])]
+        depth = _loops(e, g.shape)
+        dst = [f"i{d}" if d != dim else f"{rows.start} + {rows.step} * i{d}" for d in range(g.ndim)]
+        e.emit(depth, f"v{out.id}[{_idx(dst)}] = v{g.id}[{_idx(f'i{d}' for d in range(g.ndim))}]")
 
 
 def _wrapped(e, depth, node, index, at, n, axis):
