@@ -1603,6 +1603,27 @@ def _gj():
     return gradjit
 
 
+# one step each, "{a}" the value read and {o} the value written (with any suffix)
+_TRANSFORM_FORMS = {
+    "grad_shared": "{o} = gj.grad(lambda p, q: (np.sin(p) * q).sum())({a}, {a} * 2.0)",
+    "grad_closure": "{o} = gj.grad(lambda p: (np.tanh(p) * {a}).sum())({a})",
+    "value_and_grad": ("{o}_v, {o}_g = gj.value_and_grad(lambda p, q: (p * p * q).sum())"
+                       "({a}, {a} + 1.0)\n{o} = {o}_g + {o}_v"),
+    "jvp": "{o} = gj.jvp(lambda p: np.sin(p) * {a}, ({a},), (np.ones_like({a}),))[1]",
+    "jacfwd": "{o} = gj.{form}(lambda p: np.sin(p) * (p * {a}).sum())({a})",
+    "jacrev": "{o} = gj.{form}(lambda p: np.sin(p) * (p * {a}).sum())({a})",
+    "hessian": "{o} = gj.hessian(lambda p: (np.sin(p) * {a}).sum() * p.sum())({a})",
+    "fori_loop": "{o} = gj.fori_loop(0, 3, lambda i, c: np.sin(c) + 0.5 * c * {a}, {a})",
+    "while_loop": ("{o} = gj.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, np.tanh(c[1]) "
+                   "+ 0.5 * {a}), (0, {a}), max_steps=4)[1]"),
+    "cond": "{o} = gj.cond({a}.sum() > 0, lambda v: v * {a}, lambda v: np.sin(v), {a})",
+    "checkpoint": "{o} = gj.checkpoint(lambda v: np.tanh(v) * v)({a})",
+    "scan": "{o}_c, {o} = gj.scan(lambda c, r: (np.tanh(0.5 * c + r), c * r), {a}[0] * 0.5, {a})",
+    "scan_reverse": ("{o}_c, {o} = gj.scan(lambda c, r: (np.tanh(0.5 * c + r), c * r), "
+                     "{a}[0] * 0.5, {a}, reverse=True)"),
+}
+
+
 def g_transform(b):
     """gradjit's own transforms and loops inside the program: nested derivatives whose
     arguments share a value with the outer trace, closures over traced values, and
@@ -1618,34 +1639,8 @@ def g_transform(b):
     if len(sh) == 1 and sh[0] <= 5:
         forms += ["jacfwd", "jacrev", "hessian"]
     form = b.d.choice(forms)
-    margins = ()
-    if form == "grad_shared":
-        src = f"{{o}} = gj.grad(lambda p, q: (np.sin(p) * q).sum())({a}, {a} * 2.0)"
-    elif form == "grad_closure":
-        src = f"{{o}} = gj.grad(lambda p: (np.tanh(p) * {a}).sum())({a})"
-    elif form == "value_and_grad":
-        src = (f"{{o}}_v, {{o}}_g = gj.value_and_grad(lambda p, q: (p * p * q).sum())({a}, {a} + 1.0)\n"
-               f"{{o}} = {{o}}_g + {{o}}_v")
-    elif form == "jvp":
-        src = f"{{o}} = gj.jvp(lambda p: np.sin(p) * {a}, ({a},), (np.ones_like({a}),))[1]"
-    elif form in ("jacfwd", "jacrev"):
-        src = f"{{o}} = gj.{form}(lambda p: np.sin(p) * (p * {a}).sum())({a})"
-    elif form == "hessian":
-        src = f"{{o}} = gj.hessian(lambda p: (np.sin(p) * {a}).sum() * p.sum())({a})"
-    elif form == "fori_loop":
-        src = f"{{o}} = gj.fori_loop(0, 3, lambda i, c: np.sin(c) + 0.5 * c * {a}, {a})"
-    elif form == "while_loop":
-        src = (f"{{o}} = gj.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, np.tanh(c[1]) "
-               f"+ 0.5 * {a}), (0, {a}), max_steps=4)[1]")
-    elif form == "cond":
-        src = f"{{o}} = gj.cond({a}.sum() > 0, lambda v: v * {a}, lambda v: np.sin(v), {a})"
-        margins = (lambda ns, a=a: np.sum(ns[a]),)
-    elif form == "checkpoint":
-        src = f"{{o}} = gj.checkpoint(lambda v: np.tanh(v) * v)({a})"
-    else:
-        rev = form == "scan_reverse"
-        src = (f"{{o}}_c, {{o}} = gj.scan(lambda c, r: (np.tanh(0.5 * c + r), c * r), "
-               f"{a}[0] * 0.5, {a}{', reverse=True' if rev else ''})")
+    src = _TRANSFORM_FORMS[form].replace("{a}", a).replace("{form}", form)
+    margins = (lambda ns, a=a: np.sum(ns[a]),) if form == "cond" else ()
     feat = ("control." if form in ("fori_loop", "while_loop", "cond", "checkpoint", "scan",
                                    "scan_reverse") else "transform.") + form
     return Cand(feat, src, (a,), margins) if b.ok(feat) else None
