@@ -135,10 +135,16 @@ def _coercer(orig):
     return coerce
 
 
+_ARRAY_ARGS = {"append": 2}   # functions whose first n arguments are each one array
+
+
 def _first_arg(orig):
+    n = _ARRAY_ARGS.get(orig.__name__, 1)
+
     def call(*args, **kwargs):   # (no named first parameter: callers may pass it by keyword)
-        if args and isinstance(args[0], (list, tuple)) and _holds_traced(args[0]):
-            args = (to_traced(args[0]),) + args[1:]
+        if any(isinstance(a, (list, tuple)) for a in args[:n]):
+            args = tuple(to_traced(a) if isinstance(a, (list, tuple)) and _holds_traced(a) else a
+                         for a in args[:n]) + args[n:]
         return orig(*args, **kwargs)
     call.__wrapped__ = orig
     return call

@@ -48,7 +48,8 @@ METHODS = {   # name: f(a) written as a NumPy user writes it
     "np_array_mixed": lambda a: np.array([[a[0, 0], 1.0], [2.0, a[1, 1]]]),
     "np_r_": lambda a: np.r_[a[0], 3.0, a[1] * 2], "np_c_": lambda a: np.c_[a[0], a[2]],
     "np_r_directive": lambda a: np.r_["0,2", a[0], a[1]],
-    "np_r_list": lambda a: np.r_[a[0], [a[1, 0], 1.0]], "r_imported": lambda a: r_[a[1], a[2]],
+    "np_r_list": lambda a: np.r_[a[0], [a[1, 0], 1.0]],
+    "np_append_lists": lambda a: np.append([a[0, 0], a[1, 1]], [a[2, 2], 1.0]), "r_imported": lambda a: r_[a[1], a[2]],
     "np_iscomplex": lambda a: np.iscomplex(a), "np_isreal": lambda a: np.isreal(a[0]),
     "sort_in_place": _sorted_in_place, "sort_in_place_axis0": lambda a: _sorted_in_place(a, 0),
 }
