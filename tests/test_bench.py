@@ -62,6 +62,7 @@ def test_an_engine_that_disagrees_with_numpy_is_failed_and_not_timed(run, monkey
     assert by["numba"]["status"] == "ok" and by["numba"]["reps"] >= 5
 
 
+@pytest.mark.slow   # (seconds of compiles: with the slow suites, which .ci/run runs)
 def test_quick_run_end_to_end_writes_tables_and_json(tmp_path):
     out = tmp_path / "out.json"
     env = {k: v for k, v in os.environ.items() if k not in ("GRADJIT_CACHE_DIR", "GRADJIT_EXECUTOR")}

@@ -108,6 +108,7 @@ def test_folded_loops_differentiate(executor, rng):
                                rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow   # (two compiles: with the slow suites, which .ci/run runs)
 def test_compiled_module_follows_the_step_not_the_trip_count(rng):
     def loss(w, xs):
         h, total = np.zeros(4), 0.0
