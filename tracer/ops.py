@@ -46,8 +46,18 @@ def _floaty(types, attrs):
     return dt if dt.kind == "f" else np.dtype(np.float64)
 
 
+def _integral(types, attrs):
+    """Bit operations: NumPy has them for bools and integers only."""
+    dt = _promote(types, attrs)
+    if dt.kind not in "biu":
+        raise TypeError(f"bit operations take bools and integers, got "
+                        f"{', '.join(np.dtype(t.dtype).name for t in types)}")
+    return dt
+
+
 _RULES = {
     "promote": _promote,
+    "integral": _integral,
     "float": _floaty,
     "same": lambda types, attrs: np.dtype(types[0].dtype),
     "bool": lambda types, attrs: np.dtype(np.bool_),

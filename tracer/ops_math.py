@@ -128,8 +128,8 @@ for _name, _fn in [("bitwise_and.Tensor", np.bitwise_and), ("bitwise_or.Tensor",
                    ("bitwise_xor.Tensor", np.bitwise_xor),
                    ("bitwise_left_shift.Tensor", np.left_shift),
                    ("bitwise_right_shift.Tensor", np.right_shift)]:
-    elementwise(f"{_name}(Tensor self, Tensor other) -> Tensor", _fn, "promote")
-elementwise("bitwise_not(Tensor self) -> Tensor", np.invert, "same")
+    elementwise(f"{_name}(Tensor self, Tensor other) -> Tensor", _fn, "integral")
+elementwise("bitwise_not(Tensor self) -> Tensor", np.invert, "integral")
 
 
 def _lerp_infer(types, attrs):
