@@ -20,6 +20,7 @@ import hashlib
 import re
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
+from gradjit.lowering.codegen_cpu_roll_text import copy_into
 
 
 def region_function(e, body, tag):
@@ -50,16 +51,10 @@ def _finish(e, v, name, node=None, fresh=True):
 
 
 def _stack_store(e, depth, dst, src, shape):
-    """``dst[...] = src`` for one step's slot of a stacked output, element by element: an
-    array assignment would compile Numba's shape check with its error message (seconds
-    of string formatting code) into the module."""
-    if not shape:
-        e.emit(depth, f"{dst} = {src}")
-        return
-    for j, n in enumerate(shape):
-        e.emit(depth + j, f"for qi{j} in range({n}):")
-    idx = ", ".join(f"qi{j}" for j in range(len(shape)))
-    e.emit(depth + len(shape), f"{dst[:-1]}, {idx}] = {src}[{idx}]")
+    """``dst[...] = src`` for one step's slot of a stacked output (``dst``: ``'v5[qs2'``,
+    an open index), element by element (codegen_cpu_roll_text.copy_into says why)."""
+    for line in copy_into(dst, src, shape, depth=0):
+        e.emit(depth, line)
 
 
 def _scan(e, node):
@@ -82,7 +77,7 @@ def _scan(e, node):
     e.emit(1, f"for qs{u} in {f'range({n - 1}, -1, -1)' if a['reverse'] else f'range({n})'}:")
     for i, (v, k) in enumerate(zip(stack, keep)):
         if k:
-            _stack_store(e, 2, f"v{v.id}[qs{u}]", f"qk{u}_{i}", v.shape[1:])
+            _stack_store(e, 2, f"v{v.id}[qs{u}", f"qk{u}_{i}", v.shape[1:])
     args = [f"qk{u}_{i}" for i in range(nc)] + [f"{x}[qs{u}]" for x in xs] + caps + [cs]
     e.emit(2, f"qr{u} = {fn}({', '.join(args)})")
     for i in range(nc):
@@ -90,7 +85,7 @@ def _scan(e, node):
     for j, v in enumerate(ys):
         if v.ndim > 1:
             e.emit(2, f"qy{u}_{j} = qr{u}[{nc + j}]")
-        _stack_store(e, 2, f"v{v.id}[qs{u}]", f"qy{u}_{j}" if v.ndim > 1 else f"qr{u}[{nc + j}]",
+        _stack_store(e, 2, f"v{v.id}[qs{u}", f"qy{u}_{j}" if v.ndim > 1 else f"qr{u}[{nc + j}]",
                      v.shape[1:])
     for i, v in enumerate(c_out):
         _finish(e, v, f"qk{u}_{i}", fresh=n > 0)   # (no step: the carry is the input itself)

@@ -11,7 +11,8 @@ Contract
   of at least ``MIN_REPS`` repetitions of up to ``MAX_PERIOD`` keys.
 - ``affine(seq)``: ``(a, b)`` with ``seq[k] == a + b*k`` for every k, else None.
 - ``allocated_once(lines, n)``: ``v<n>`` is bound once, by ``al.empty``;
-  ``copy_into(dst, src, shape)``: the lines that copy an array into a stack slot.
+  ``copy_into(dst, src, shape, depth)``: the lines that copy an array into a stack slot
+  (also a scan's stacked outputs, lowering/codegen_cpu_regions.py).
 - ``match_tail(template, tail)``: ``template`` holds a run's iteration-0 lines,
   ``tail`` the lines after the run. When each code line of the tail is, in
   order, a line of the template with the same text (names and literals
@@ -83,14 +84,16 @@ def allocated_once(lines, n):
     return len(binds) == 1 and ALLOC.match(binds[0]) is not None
 
 
-def copy_into(dst, src, shape):
-    """Lines copying array ``src`` into ``dst`` (``'S[k'``: an open index) element by
-    element; Numba compiles an array-into-slice assignment for seconds."""
+def copy_into(dst, src, shape, depth=2):
+    """Lines (indented ``depth`` levels) copying array ``src`` into ``dst`` (``'S[k'``: an
+    open index) element by element; Numba compiles an array-into-slice assignment for
+    seconds (its shape check and error message)."""
+    pad = "    " * depth
     if not shape:
-        return [f"        {dst}] = {src}"]
-    out = [f"        {'    ' * d}for j{d} in range({n}):" for d, n in enumerate(shape)]
+        return [f"{pad}{dst}] = {src}"]
+    out = [f"{pad}{'    ' * d}for j{d} in range({n}):" for d, n in enumerate(shape)]
     idx = ", ".join(f"j{d}" for d in range(len(shape)))
-    out.append(f"        {'    ' * len(shape)}{dst}, {idx}] = {src}[{idx}]")
+    out.append(f"{pad}{'    ' * len(shape)}{dst}, {idx}] = {src}[{idx}]")
     return out
 
 

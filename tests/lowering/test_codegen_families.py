@@ -115,7 +115,7 @@ def test_no_array_assignments_into_slices():
     with traced_numpy(g, f.fn):
         f._trace_body(g, call, values)
     src = generate(optimize(g)).source
-    assert "scan" in src and "for qi0 in range(" in src
+    assert "scan" in src and "for j0 in range(" in src   # (the element loops)
     whole = [ln for ln in src.splitlines()
              if re.match(r"^\s*v\d+\[[^\]]*\] = (v\d+|qk\d+_\d+|qr\d+\[\d+\])\s*(#.*)?$", ln)]
     assert not whole, whole
