@@ -550,7 +550,7 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
         text = "".join(shared) + "\n".join([_decorator(e.parallel), f"def {name}({args}):"] + body)
         return Part(text + "\n", e.functions, e.imports, list(e.const_values))
     shared += [f + "\n\n" for f in e.functions.values()]
-    if re.search(r"\bal\.(?:empty|full|zeros|contiguous|reshape|total)\(", "\n".join(e.prologue + e.lines + shared)):
+    if re.search(r"(?<![\w.])al\.\w+\(", "\n".join(e.prologue + e.lines + shared)):   # (any helper)
         e.imports.add("from gradjit.lowering import alloc_cpu as al")
     e.imports.add("from gradjit.lowering import pipeline_cpu as pl")   # (Numba's passes it runs)
     header = [

@@ -9,6 +9,9 @@ against the NumPy interpreter (``GRADJIT_EXECUTOR=numpy``).
   returns them in Fortran order, and a C-order ``al.reshape`` of one raised
   ``NotImplementedError: incompatible shape for array`` (``.ravel()``,
   ``.reshape``, ``np.trace``, ``np.diagonal``: all trace to ``view``).
+- An N-D transpose (``al.transpose``) in a module with no other ``al`` helper: the
+  module used ``al`` without importing it (``NameError: name 'al' is not defined``,
+  found by the compiled random programs, seed 400045).
 """
 from __future__ import annotations
 
@@ -118,3 +121,20 @@ def test_views_of_linalg_results_returned(monkeypatch):
         inv = np.linalg.inv(x)
         return inv.ravel(), np.diagonal(np.linalg.solve(x, b)), np.linalg.pinv(x).reshape(4)
     _close(*_both(monkeypatch, lambda: gj.jit(fn), A, B))
+
+
+# ---- every helper module the generated code calls is imported ------------------------
+
+def _moveaxis_slice(x):
+    v2 = np.moveaxis(x, -2, 0)
+    return (v2[1:3] * 1.5 * np.linspace(-0.7, 0.9, 6).reshape((2, 3, 1))).sum() + np.expm1(x).sum()
+
+
+def test_transpose_alone_imports_its_helper(monkeypatch):
+    x = np.linspace(-1.0, 1.2, 12).reshape(3, 4, 1)
+    _close(*_both(monkeypatch, lambda: gj.jit(_moveaxis_slice), x))
+    _close(*_both(monkeypatch, lambda: gj.value_and_grad(_moveaxis_slice), x))
+    src = gj.jit(_moveaxis_slice).graphs(x)[2]
+    used = set(re.findall(r"(?<![\w.])(al|bl|fm|sp|pl)\.\w+", src))
+    imported = set(re.findall(r"^from gradjit\.lowering import \w+ as (\w+)$", src, re.M))
+    assert "al" in used and used <= imported, src
