@@ -10,8 +10,9 @@ Contract
   ``n``, sets it and returns the previous one. Tables shrink at their next insertion.
 - ``clear_tables()``: every table emptied.
 - ``clear_cache(disk=False)`` (``gj.clear_cache``): every table emptied, tensor-mode fast
-  plans forgotten, evicted code out of the JIT; with ``disk``, the cache dir's entries
-  deleted too (tracer/cache_store.py). Transforms the user holds keep working: what they
+  plans forgotten, evicted code out of the JIT, and the C heap's free pages given back to
+  the system (glibc's ``malloc_trim``, where the C library has it); with ``disk``, the
+  cache dir's entries deleted too (tracer/cache_store.py). Transforms the user holds keep working: what they
   need is compiled again, or loaded from disk.
 - ``release_module(module)``: a generated module gradjit no longer holds: its Numba
   dispatchers are taken out of its globals, and once a dispatcher is gone (nothing else
@@ -119,6 +120,17 @@ def clear_cache(disk=False):
     cache_store.clear(disk)
     gc.collect()
     unload_pending()
+    _trim_heap()
+
+
+def _trim_heap():
+    """Free pages of the C heap back to the system: what a compile's garbage freed stays
+    mapped otherwise (measured, test suite: 100 MiB of a worker's 1.3 GiB were free heap)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc: nothing to do
+        pass
 
 
 def release_module(module):

@@ -6,6 +6,13 @@ pytest-xdist each worker gets its own (tests count compiles and disk hits: anoth
 worker's entries would change them); a directory made here is removed at the end.
 A GRADJIT_CACHE_DIR you set yourself is used as it is. GRADJIT_TIERING defaults
 to ``sync`` here.
+
+Memory: a test process compiles thousands of structures, and each one held in memory
+costs about 1 MiB (machine code, Numba's IR and type annotations). The suite bounds
+what it holds the way a user would (``GRADJIT_CACHE_SIZE`` defaults to 32 entries per
+table here) and empties gradjit's in-memory tables after each test module
+(``gj.clear_cache()``; the disk cache stays, so a structure met again is loaded). Tests
+of the bound itself set their own with ``gj.cache_size``.
 """
 import os
 import shutil
@@ -20,9 +27,18 @@ else:
 # New structures compile before their first call returns (the suite counts compiles and
 # compares compiled code); tests/runtime/test_tiers.py runs the background tier itself.
 os.environ.setdefault("GRADJIT_TIERING", "sync")
+os.environ.setdefault("GRADJIT_CACHE_SIZE", "32")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_code():
+    """Each test module's compiled code leaves memory when the module is done."""
+    yield
+    import gradjit as gj
+    gj.clear_cache()
 
 
 @pytest.fixture
