@@ -3,9 +3,8 @@
 Contract
 - Three modules map NumPy callables to implementations with NumPy's full
   signatures and values: this one (the shared helpers; the ufuncs isnan,
-  isfinite, isinf, logical_and / or / not / xor, bitwise_and / or / xor, invert,
-  left_shift, right_shift (bools: the logical ops; integers: the bit ops), fabs,
-  conjugate; iscomplex, isreal (concrete: gradjit arrays are real); argmax, argmin, argsort, any, all,
+  isfinite, isinf, logical_not, fabs, conjugate (logical_and / or / xor and the bit
+  ops: ``tracer/numpy_logic.py``); iscomplex, isreal (concrete: gradjit arrays are real); argmax, argmin, argsort, any, all,
   count_nonzero, ptp, nancumsum, nancumprod; concatenate, stack, hstack,
   vstack, row_stack, dstack, column_stack with ``dtype=`` / ``casting=``,
   append, atleast_1d/2d/3d; linspace with traced ends), ``tracer/numpy_pad.py``
@@ -40,7 +39,6 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from gradjit.tracer.api import ArrayOps as A
-from gradjit.tracer.api import apply
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
 from gradjit.tracer.numpy_args import unsupported
@@ -143,59 +141,6 @@ def _isfinite(x):
     return A.lt(A.abs(x), np.inf) if x.dtype.kind == "f" else A.eq(x, x)
 
 
-def _logical(kind):
-    def fn(a, b):
-        like = like_of(a, b)
-        a, b = truth(obj(a, like)), truth(obj(b, like))
-        if kind == "and":
-            return _where(a, b, False)
-        if kind == "or":
-            return _where(a, True, b)
-        return A.ne(a, b)
-    return fn
-
-
-def _integer_operands(name, a, b):
-    """``a``, ``b`` as gradjit objects of NumPy's result dtype for a bit operation, which
-    NumPy has for bools and integers only (its own TypeError otherwise)."""
-    like = like_of(a, b)
-    dt = np.result_type(weak(a), weak(b))   # (a Python int is weak: uint8 & 5 is uint8)
-    if dt.kind not in "biu":
-        raise TypeError(f"ufunc '{name}' not supported for the input types, and the inputs "
-                        f"could not be safely coerced to any supported types according to "
-                        f"the casting rule ''safe'' (result type {dt.name})")
-    return [x if is_obj(x) else obj(x, like, dt) for x in (a, b)]
-
-
-def _bitwise(kind):
-    """``&`` / ``|`` / ``^``: of bools the logical ops, of integers the bit operations."""
-    logical = _logical(kind)
-
-    def fn(a, b):
-        a, b = _integer_operands(f"bitwise_{kind}", a, b)
-        if a.dtype == np.bool_ and b.dtype == np.bool_:
-            return logical(a, b)
-        return apply(f"bitwise_{kind}.Tensor", [a, b], {})
-    return fn
-
-
-def _shift(side):
-    def fn(a, b):
-        a, b = _integer_operands(f"{side}_shift", a, b)
-        dt = np.result_type(a.dtype, b.dtype)
-        dt = np.dtype(np.int8) if dt == np.bool_ else dt   # (bools shift as int8, as NumPy)
-        return apply(f"bitwise_{side}_shift.Tensor", [A.to(a, dt), A.to(b, dt)], {})
-    return fn
-
-
-def _invert(x):
-    if x.dtype == np.bool_:
-        return A.eq(x, False)
-    if x.dtype.kind not in "iu":
-        raise TypeError(f"ufunc 'invert' not supported for the input types ({x.dtype.name})")
-    return apply("bitwise_not.default", [x], {})
-
-
 def _fabs(x):
     return A.abs(A.to(x, probe(np.fabs, x.dtype)))   # ints become the float NumPy picks
 
@@ -214,13 +159,8 @@ def _real_test(real):
 
 NUMPY_UFUNCS = {
     np.isnan: _isnan, np.isinf: _isinf, np.isfinite: _isfinite,
-    np.logical_and: _logical("and"), np.logical_or: _logical("or"),
-    np.logical_xor: _logical("xor"), np.logical_not: lambda x: A.eq(x, 0),
-    np.fabs: _fabs, np.conjugate: _conj, np.invert: _invert,
-    np.bitwise_and: _bitwise("and"), np.bitwise_or: _bitwise("or"),
-    np.bitwise_xor: _bitwise("xor"), np.left_shift: _shift("left"),
-    np.right_shift: _shift("right"),
-}
+    np.logical_not: lambda x: A.eq(x, 0), np.fabs: _fabs, np.conjugate: _conj,
+}   # (+ the logical and bit ufuncs of tracer/numpy_logic.py, merged by numpy_extra2.py)
 
 
 # -- reductions to integers and booleans ----------------------------------------------------------

@@ -1,6 +1,6 @@
 """NumPy's real / imag / angle / sinc, the split family, rollaxis, ndim / shape / size,
 tril/triu_indices_from, diff, gradient, select, average, meshgrid; ``r_`` / ``c_``; and
-the checked tables of all three modules (numpy_extra, numpy_pad, this one).
+the checked tables of numpy_extra, numpy_logic, numpy_pad and this module.
 
 Contract
 - The third part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
@@ -38,7 +38,10 @@ from gradjit.tracer.methods_index import _concrete, cat
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer.numpy_extra import (NUMPY_UFUNCS, TABLE, along, checked, is_obj,  # noqa: F401
                                         keep, like_of, ndim_of, obj, probe, unsupported, weak)
+from gradjit.tracer.numpy_logic import UFUNCS as _LOGIC_UFUNCS
 from gradjit.tracer.numpy_pad import TABLE as _PAD_TABLE
+
+NUMPY_UFUNCS = {**NUMPY_UFUNCS, **_LOGIC_UFUNCS}
 
 _F64 = np.dtype(np.float64)
 
