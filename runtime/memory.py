@@ -119,6 +119,7 @@ def clear_cache(disk=False):
         release_module(sys.modules.pop(name))
     cache_store.clear(disk)
     gc.collect()
+    _COLLECTED[0] = STATS["evictions"]   # (one full collection, not a second in unload_pending)
     unload_pending()
     _trim_heap()
 
