@@ -139,7 +139,8 @@ def release_module(module):
     from numba.core.dispatcher import Dispatcher
     path = getattr(module, "__file__", None)
     if path:   # (Numba reads its lines, under the absolute path and relative to the cwd)
-        for key in [k for k in linecache.cache if isinstance(k, str) and k.endswith(
+        keys = list(linecache.cache)   # (one C-level copy: another thread may add lines)
+        for key in [k for k in keys if isinstance(k, str) and k.endswith(
                 os.path.basename(path)) and os.path.abspath(k) == path]:
             linecache.cache.pop(key, None)
     for name, obj in list(vars(module).items()):
