@@ -12,8 +12,8 @@ Contract
 - ``clear_cache(disk=False)`` (``gj.clear_cache``): every table emptied, tensor-mode fast
   plans forgotten, evicted code out of the JIT, and the C heap's free pages given back to
   the system (glibc's ``malloc_trim``, where the C library has it); with ``disk``, the
-  cache dir's entries deleted too (tracer/cache_store.py). Transforms the user holds keep working: what they
-  need is compiled again, or loaded from disk.
+  cache dir's entries deleted too (tracer/cache_store.py). Transforms the user holds keep
+  working: what they need is compiled again, or loaded from disk.
 - ``release_module(module)``: a generated module gradjit no longer holds: its Numba
   dispatchers are taken out of its globals, and once a dispatcher is gone (nothing else
   holds it: a user's transform may still), its machine code's LLVM module leaves Numba's
