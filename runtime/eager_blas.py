@@ -1,7 +1,8 @@
 """Eager (tensor-mode) matrix products on the BLAS the compiled code uses.
 
 Contract
-- ``install()`` sets the eager implementation of ``mm.default``: large
+- ``eager_mm`` is the eager implementation of ``mm.default`` (installed through
+  tracer/hooks.py by ``gradjit/__init__.py``): large
   float32 / float64 products of writable C- or F-contiguous arrays run through
   ``lowering.blas_cpu`` (Numba's BLAS, the one every compiled gradient calls);
   anything else runs NumPy's ``matmul``, the op's reference implementation,
@@ -18,12 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.tracer.registry import get_op
-
 LARGE = 1 << 15   # m*k*n from which OpenBLAS runs a product on several threads
 
 
-def _mm(a, b):
+def eager_mm(a, b):
     m, k = a.shape
     n = b.shape[1]
     if (m * k * n >= LARGE and a.dtype == b.dtype and a.dtype.char in "fd"
@@ -49,7 +48,3 @@ def _plain(x):
     """An array Numba's BLAS helpers take without a new specialisation."""
     f = x.flags
     return f.writeable and f.aligned and (f.c_contiguous or f.f_contiguous)
-
-
-def install():
-    get_op("mm.default").eager = _mm

@@ -15,8 +15,8 @@ Contract
   ``Tensor`` itself (leaf or constant), never at intermediate Tensor objects,
   so freeing ``GradFn.out_data`` after backward really frees the saved arrays.
 - ``tracer/record.py`` turns the recorded history into an IR ``Graph``. The
-  backward engine lives in ``runtime/`` and is attached as ``Tensor._engine``
-  at import time (stages import one way).
+  backward engine lives in ``runtime/`` and is reached through
+  ``tracer/hooks.py`` (stages import one way).
 - Hooks (``register_hook``) and ``retain_grad`` are stored where the engine
   finds them: on a leaf Tensor, or on the producing ``GradFn`` (by output
   index) for a non-leaf. Every array a GradFn saves carries a version box;
@@ -40,6 +40,7 @@ from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
                                   no_grad, set_grad_enabled, _state as _modes)
 from gradjit.tracer.device import canonical, is_device_array
+from gradjit.tracer.hooks import HOOKS
 from gradjit.tracer.registry import (LAST_USER_CODE as _LAST_USER_CODE, GradjitError, bind_attrs,
                                      get_op, is_user_code as _is_user_code, user_site,
                                      user_where)
@@ -52,8 +53,6 @@ from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
 class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
     __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "_ty", "__weakref__")
-    _engine = None  # set by gradjit.runtime: the compiled backward
-    _cuda = None    # set by gradjit.runtime: gradjit.runtime.cuda (device arrays, eager ops)
 
     def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
         self._data = data   # None while pending (tracer/deferred.py)
@@ -209,7 +208,7 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
                 and not retain_graph and not create_graph and inputs is None
                 and ex.take(tp, self)):
             return
-        Tensor._engine.tensor_backward(self, gradient, retain_graph, create_graph, inputs)
+        HOOKS.backward(self, gradient, retain_graph, create_graph, inputs)
 
     # -- ops ------------------------------------------------------------------------------
     @classmethod
@@ -364,8 +363,8 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
     array = np.array(data, dtype=dtype, copy=True)
     real_only(array.dtype, "gj.tensor's data")
     if canonical(device) == "cuda":
-        Tensor._cuda.require("gj.tensor(..., device='cuda')")
-        array = Tensor._cuda.to_device(array)
+        HOOKS.cuda.require("gj.tensor(..., device='cuda')")
+        array = HOOKS.cuda.to_device(array)
     return Tensor(array, requires_grad=requires_grad)
 
 

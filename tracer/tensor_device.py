@@ -2,8 +2,8 @@
 
 Contract
 - A CUDA tensor's ``data`` is a numba-cuda device array; a CPU tensor's is a
-  NumPy array. ``Tensor._cuda`` is ``gradjit.runtime.cuda`` (plugged in at
-  import, as ``_engine``: tracer/ never imports runtime/).
+  NumPy array. ``HOOKS.cuda`` is ``gradjit.runtime.cuda`` (tracer/hooks.py:
+  tracer/ never imports runtime/).
 - ``device_apply(op, ts, attrs)``: an op whose tensor inputs include a CUDA
   tensor runs on the device through the compiled pipeline (``run_op``); 0-d
   CPU tensors and Python scalars are moved along (as torch allows), any
@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.device import canonical, is_device_array
+from gradjit.tracer.hooks import HOOKS
 from gradjit.tracer.modes import is_grad_enabled
 
 
@@ -59,7 +60,7 @@ def device_apply(cls, op, op_name, ts, attrs):
     arrays = [t.data for t in ts]
     if not any(is_device_array(a) for a in arrays):
         return None
-    cuda = cls._cuda
+    cuda = HOOKS.cuda
     moved = []
     for a in arrays:
         if not is_device_array(a):
@@ -110,10 +111,10 @@ class DeviceMethods:
 
     def _moved(self, device):
         if device == "cuda":
-            self._cuda.require("Tensor.to('cuda')")
-            data = self._cuda.to_device(np.asarray(self.data))
+            HOOKS.cuda.require("Tensor.to('cuda')")
+            data = HOOKS.cuda.to_device(np.asarray(self.data))
         else:
-            data = self._cuda.to_host(self.data)
+            data = HOOKS.cuda.to_host(self.data)
         cls = type(self)
         if not (self._requires_grad and is_grad_enabled()):
             return cls(data)

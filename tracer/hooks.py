@@ -1,0 +1,52 @@
+"""What the later stages plug into the tracer: one table, filled once at ``import gradjit``.
+
+Contract
+- tracer/ never imports lowering/ or runtime/ (stages import one way). Everything it calls
+  of them is reached through ``HOOKS``, and ``install`` is the only way in:
+  - ``HOOKS.backward(root, gradient, retain_graph, create_graph, inputs)``:
+    ``Tensor.backward``'s engine (runtime/autograd.py's ``tensor_backward``);
+  - ``HOOKS.cuda``: device arrays (runtime/cuda.py: ``require``, ``to_device``,
+    ``to_host``, ``run_op`` ...);
+  - ``install(eager={op name: fn})``: eager implementations of registered ops
+    (``OpDef.eager``; runtime/eager_blas.py: products on the compiled code's BLAS).
+- ``gradjit/__init__.py`` calls ``install`` once. Before that (the tracer imported on its
+  own) a hook raises a ``GradjitError`` saying what is missing, never ``None`` errors.
+"""
+from __future__ import annotations
+
+from gradjit.tracer.registry import GradjitError, get_op
+
+
+class _Missing:
+    """A hook nobody installed: any use says so."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        _missing(self._name)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):   # (copy, pickle and repr probes)
+            raise AttributeError(attr)
+        _missing(f"{self._name}.{attr}")
+
+
+def _missing(what):
+    raise GradjitError(f"gradjit's runtime is not plugged in ({what}): it is installed by "
+                       f"gradjit/__init__.py (tracer/hooks.py)")
+
+
+class _Hooks:
+    backward = _Missing("backward")
+    cuda = _Missing("cuda")
+
+
+HOOKS = _Hooks()
+
+
+def install(*, backward, cuda, eager=()):
+    """Plug the runtime in: the tensor backward, the CUDA module, eager op kernels."""
+    HOOKS.backward, HOOKS.cuda = backward, cuda
+    for name, fn in dict(eager).items():
+        get_op(name).eager = fn
