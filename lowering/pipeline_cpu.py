@@ -8,6 +8,9 @@ Contract
   order, without those in ``SKIPPED``; a module compiled with ``parallel=True`` gets
   Numba's whole pipeline (its parfor passes lean on some of them).
 - Object mode is never asked for (generated code is nopython); ``Lean`` refuses it.
+- ``patches_enabled()``: gradjit's one switch for its changes to Numba
+  (``GRADJIT_NUMBA_PATCHES=0`` turns them off; runtime/numba_patches.py). Off, ``Lean`` runs
+  Numba's whole nopython pipeline.
 
 Why: generated code is straight-line assignments, ``for`` loops over ``range``/``prange``,
 calls of gradjit's helpers and NumPy, and one ``raise`` of a constant exception. It has no
@@ -22,6 +25,8 @@ The passes kept: bytecode to IR, the rewrites of constant raises and getitems (t
 IR legalisation, lowering and the backend.
 """
 from __future__ import annotations
+
+import os
 
 from numba.core import typed_passes as _tp
 from numba.core import untyped_passes as _up
@@ -38,6 +43,11 @@ SKIPPED = frozenset(
     for name in names if hasattr(mod, name))   # (a pass another Numba lacks: nothing to skip)
 
 
+def patches_enabled():
+    """Whether gradjit's changes to Numba apply to the compile starting now."""
+    return os.environ.get("GRADJIT_NUMBA_PATCHES", "1") != "0"
+
+
 class Lean(CompilerBase):
     """Numba's nopython pipeline without ``SKIPPED`` (see the module docstring)."""
 
@@ -45,7 +55,7 @@ class Lean(CompilerBase):
         state = self.state
         if state.flags.force_pyobject:
             raise TypeError("gradjit: generated code compiles in nopython mode only")
-        if state.flags.auto_parallel.enabled:
+        if state.flags.auto_parallel.enabled or not patches_enabled():
             return [DefaultPassBuilder.define_nopython_pipeline(state)]
         pm = PassManager("gradjit_nopython")
         for part in (DefaultPassBuilder.define_untyped_pipeline(state),

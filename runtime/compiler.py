@@ -8,14 +8,11 @@ Contract
   cache key), registered in ``sys.modules`` before it executes (otherwise
   Numba's cache records ``<dynamic>``), compiled with ``@njit(cache=True)``
   for the exact argument types while holding a file lock (Numba updates its
-  cache index without one), at the LLVM level the module's ``LLVM_OPT`` names
-  and the code-generation level its ``CODEGEN_OPT`` names (runtime/levels.py),
-  its result arrays boxed without a Python call each
-  (``lowering/boxing_cpu.py``), the helpers it calls bound to their loaded code
-  (runtime/links.py: their cached code is loaded first, and a cached entry whose
-  helpers cannot be is compiled again). Before gradjit's first compile Numba's BLAS
-  probe is answered without importing ``scipy.linalg`` (runtime/blas_probe.py).
-  Later lazy compiles are disabled so every
+  cache index without one), with gradjit's changes to Numba swapped in for the
+  compile (runtime/numba_patches.py: the module's optimisation levels, called
+  helpers bound to their loaded code, result arrays boxed without a Python call).
+  The helpers' cached code is loaded first, and a cached entry whose helpers
+  cannot be is compiled again (runtime/links.py). Later lazy compiles are disabled so every
   compilation goes through here and is counted. A disk hit is read without
   ``Dispatcher.compile`` (``_load_cached``): that skips Numba's registry refresh,
   most of a warm process's first-gradient time.
@@ -53,14 +50,13 @@ from numba.core.errors import NumbaPerformanceWarning
 from numba.core.runtime import rtsys
 
 from gradjit.lowering.blas_cpu import PAR_MIN
-from gradjit.lowering.boxing_cpu import env_boxing
 from gradjit.lowering.codegen_batched import batched_source
 from gradjit.lowering.codegen_cpu import SignatureMismatch
-from gradjit.runtime import blas_probe, memory, numba_cache, plans, threads, tiers
+from gradjit.runtime import memory, numba_cache, numba_patches, plans, threads, tiers
 from gradjit.tracer import cache_store, gensrc
 from gradjit.tracer.gensrc import cache_dir  # noqa: F401 - (gj.cache_dir)
-from gradjit.runtime.levels import GENERATED, codegen_level, llvm_level
-from gradjit.runtime.links import compile_fresh, load_links, save_links, shared_helpers
+from gradjit.runtime.levels import GENERATED
+from gradjit.runtime.links import compile_fresh, load_links, save_links
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.ops_index import IndexBoundsError
 
@@ -135,10 +131,7 @@ def load(source, signature, name="entry"):
             "numba", f"gj_{h}.{hashlib.sha256(repr(signature).encode()).hexdigest()[:16]}.links")
         ready = links is not None and load_links(links, _load_cached, store)
         if not (ready and _load_verified(disp, signature, store)):
-            blas_probe.prepare()
-            with (warnings.catch_warnings(), llvm_level(getattr(mod, "LLVM_OPT", None)),
-                  codegen_level(getattr(mod, "CODEGEN_OPT", None)), shared_helpers(),
-                  env_boxing()):
+            with warnings.catch_warnings(), numba_patches.compiling(mod):
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
                 if ready:
                     disp.compile(signature)

@@ -125,23 +125,6 @@ def _finalize_specific(self):
     self._compiled, self._compiled_object = True, obj   # (the cache took it): for saving
 
 
-def _install():
-    try:
-        from numba.core.codegen import CPUCodeLibrary, JITCodeLibrary
-        original = JITCodeLibrary._finalize_specific
-    except (ImportError, AttributeError):   # another Numba layout: its level applies
-        return None
-    # (the object cache hook that takes the emitted object, and the flag it reads)
-    if not (hasattr(CPUCodeLibrary, "_object_getbuffer_hook")
-            and hasattr(CPUCodeLibrary, "_object_caching_enabled")):
-        return None
-    JITCodeLibrary._finalize_specific = _finalize_specific
-    return original
-
-
-_ORIGINAL = _install()
-
-
 def _optimize_functions(self, ll_module):
     if _SKIP_FUNCTION_PASSES[0] and defines_generated(ll_module):
         ll_module.data_layout = self._codegen._data_layout   # (what Numba's pass sets too)
@@ -149,14 +132,18 @@ def _optimize_functions(self, ll_module):
     _ORIGINAL_FUNCTION_PASSES(self, ll_module)
 
 
-def _install_function_passes():
-    try:
-        from numba.core.codegen import CPUCodeLibrary
-        original = CPUCodeLibrary._optimize_functions
-    except (ImportError, AttributeError):   # another Numba layout: its passes run
-        return None
-    CPUCodeLibrary._optimize_functions = _optimize_functions
-    return original
-
-
-_ORIGINAL_FUNCTION_PASSES = _install_function_passes()
+try:   # Numba's own methods this module stands in for
+    from numba.core.codegen import CPUCodeLibrary, JITCodeLibrary
+except ImportError:   # another Numba layout: nothing is swapped, Numba's levels apply
+    CPUCodeLibrary = JITCodeLibrary = None
+_ORIGINAL = getattr(JITCodeLibrary, "_finalize_specific", None)
+if not (hasattr(CPUCodeLibrary, "_object_getbuffer_hook")   # (the object cache hook that
+        and hasattr(CPUCodeLibrary, "_object_caching_enabled")):   # takes the object, its flag)
+    _ORIGINAL = None
+_ORIGINAL_FUNCTION_PASSES = getattr(CPUCodeLibrary, "_optimize_functions", None)
+# Read here, never swapped here: runtime/numba_patches.py swaps these in for each compile's
+# block only, (class, method name, gradjit's stand-in) each.
+SWAPS = tuple((cls, name, new) for cls, name, new, old in (
+    (JITCodeLibrary, "_finalize_specific", _finalize_specific, _ORIGINAL),
+    (CPUCodeLibrary, "_optimize_functions", _optimize_functions, _ORIGINAL_FUNCTION_PASSES))
+    if old is not None)

@@ -195,15 +195,11 @@ def compile_fresh(disp, signature):
             disp._cache = cache
 
 
-def _install():
-    try:
-        from numba.core.codegen import CPUCodeLibrary
-        original = CPUCodeLibrary.finalize
-        CPUCodeLibrary._get_module_for_linking  # noqa: B018 - (the method the copies come from)
-    except (ImportError, AttributeError):   # another Numba layout: Numba links every callee
-        return None
-    CPUCodeLibrary.finalize = _finalize
-    return original
-
-
-_ORIGINAL = _install()
+try:   # Numba's own method this module stands in for (links every callee's copy)
+    from numba.core.codegen import CPUCodeLibrary
+    _ORIGINAL = CPUCodeLibrary.finalize
+    CPUCodeLibrary._get_module_for_linking  # noqa: B018 - (the method the copies come from)
+except (ImportError, AttributeError):   # another Numba layout: Numba links every callee
+    _ORIGINAL = None
+# Read here, never swapped here: runtime/numba_patches.py swaps it in for each compile's block.
+SWAPS = () if _ORIGINAL is None else ((CPUCodeLibrary, "finalize", _finalize),)
