@@ -44,11 +44,7 @@ def _raw_expr(node, a, e):
         ref = out
     one, zero = _lit(1, out), _lit(0, out)
     c = (lambda name: e.const(at[name], ref))
-    unary = {"exp": "math.exp", "log": "math.log", "sin": "math.sin", "cos": "math.cos",
-             "tanh": "math.tanh", "sqrt": "math.sqrt"}
     base = op.split(".")[0]
-    if op.endswith(".default") and base in unary:
-        return f"{fast_fn(e, base, node) or unary[base]}({a[0]})"
     if op == "sigmoid.default":
         return f"{one} / ({one} + {fast_fn(e, 'exp', node) or 'math.exp'}(-{a[0]}))"
     if op in ("add.Tensor", "sub.Tensor"):

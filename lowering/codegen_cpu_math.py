@@ -28,7 +28,9 @@ import numpy as np
 FAST_OPS = frozenset({"exp", "expm1", "log", "log1p", "tanh", "sin", "cos"})
 _FAST_DTYPES = {np.dtype(np.float64): "", np.dtype(np.float32): "_f32"}
 
-_MATH = {
+_MATH = {   # one-array functions: op name -> scalar function (CPU and CUDA code)
+    "exp": "math.exp", "log": "math.log", "sin": "math.sin", "cos": "math.cos",
+    "tanh": "math.tanh", "sqrt": "math.sqrt",
     "expm1": "math.expm1", "log2": "math.log2", "log10": "math.log10", "log1p": "math.log1p",
     "tan": "math.tan", "asin": "math.asin", "acos": "math.acos", "atan": "math.atan",
     "sinh": "math.sinh", "cosh": "math.cosh", "asinh": "math.asinh", "acosh": "math.acosh",

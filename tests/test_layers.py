@@ -46,3 +46,31 @@ def test_a_missing_hook_says_so():
     with pytest.raises(GradjitError, match=r"not plugged in \(cuda.to_device\)"):
         hooks._Missing("cuda").to_device
 
+
+
+def test_unary_front_ends_come_from_the_op_records():
+    """A one-array op's NumPy ufunc and methods are made from its registry record, so adding
+    one touches the registry, derivatives.yaml and the CPU template only (docs/internals.md)."""
+    import numpy as np
+
+    from gradjit.lowering.formulas import load
+    from gradjit.runtime.coverage import cpu_supported
+    from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps
+    from gradjit.tracer.registry import OPS
+
+    records = [op for op in OPS.values() if op.methods]
+    assert len(records) >= 30
+    entries = set(load())
+    for op in records:
+        for name in op.methods:
+            assert getattr(ArrayOps, name).__qualname__ == name, (op.name, name)
+        for f in op.numpy:
+            assert UNARY_UFUNCS[f] == op.name
+        assert op.name in entries, f"{op.name}: no derivatives.yaml entry"
+        assert cpu_supported(op), f"{op.name}: no CPU template"
+    x = gj.tensor([0.25, 0.5], requires_grad=True)
+    np.sinh(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cosh([0.25, 0.5]))
+    g = gj.grad(lambda v: (v.arcsinh() + np.rint(v) + v.fix()).sum())(np.array([0.3, 1.7]))
+    np.testing.assert_allclose(g, 1 / np.sqrt(1 + np.array([0.3, 1.7]) ** 2))
+

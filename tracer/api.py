@@ -23,7 +23,8 @@ from gradjit.tracer.methods_index2 import IndexMethods2
 from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
 from gradjit.tracer.methods_reduce import ReduceMethods
-from gradjit.tracer.registry import GradjitError, ShapeError, real_only, user_site
+from gradjit.tracer import ops, ops_math  # noqa: F401  (the records the front ends come from)
+from gradjit.tracer.registry import OPS, GradjitError, ShapeError, real_only, user_site
 
 # Binary ops: (tensor op, scalar op, reversed-scalar handler)
 def _rdiv(t, s):
@@ -35,12 +36,9 @@ _REVERSED_CMP = {"gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq", "ne
 
 _TENSOR_OPS = {}   # binary name -> its Tensor-Tensor overload (no string building per call)
 
-# NumPy unary ufuncs that are one registered op each: ``__array_ufunc__`` calls it
-# straight away (tracer/numpy_protocol.py maps the rest).
-UNARY_UFUNCS = {np.negative: "neg.default", np.absolute: "abs.default", np.sign: "sign.default",
-                np.exp: "exp.default", np.log: "log.default", np.sin: "sin.default",
-                np.cos: "cos.default", np.tanh: "tanh.default", np.sqrt: "sqrt.default",
-                np.reciprocal: "reciprocal.default"}
+# NumPy unary ufuncs that are one registered op each (``OpDef.numpy``): ``__array_ufunc__``
+# calls it straight away (tracer/numpy_protocol.py maps the rest).
+UNARY_UFUNCS = {f: op.name for op in OPS.values() for f in op.numpy}
 
 
 def _operator(name):
@@ -254,21 +252,9 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     def _coerce(self, x):
         return x if isinstance(x, ArrayOps) else self._const(np.asarray(x))
 
-    # -- unary --------------------------------------------------------------------
-    def _unary(name):
-        op = f"{name}.default"
-
-        def method(self):   # one operand: its own front end, without apply's search
-            return self._apply(op, [self], {})
-        method.__name__ = name
-        return method
-
-    exp, log, sin, cos, tanh, sigmoid = map(_unary, ("exp", "log", "sin", "cos", "tanh", "sigmoid"))
-    sqrt, abs, relu, sign, reciprocal = map(_unary, ("sqrt", "abs", "relu", "sign", "reciprocal"))
+    # -- unary: x.tanh() ... come from the op records (_record_methods, below) ----------
     neg = __neg__
     negative = neg
-    sgn = sign
-    del _unary
 
     def to(self, dtype):
         dtype = np.dtype(dtype)
@@ -410,6 +396,26 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
         return _protocol().array_function(func, args, kwargs)
 
 
+def _unary_method(op, name):
+    def method(self):   # one operand: its own front end, without apply's search
+        return self._apply(op, [self], {})
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _record_methods(cls):
+    """The methods each op record names (``OpDef.methods``) on ``cls``. A name also written
+    out by hand in ``cls`` or its mixins is an error: one of the two would silently win."""
+    for op in OPS.values():
+        for name in op.methods:
+            owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+            if owner is not None:
+                raise GradjitError(f"op {op.name}: its record names the method {name!r}, which "
+                                   f"{owner.__name__} also defines (tracer/registry.py OpDef)")
+            setattr(cls, name, _unary_method(op.name, name))
+
+
+_record_methods(ArrayOps)
 _PROTOCOL = []
 
 

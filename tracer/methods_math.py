@@ -50,17 +50,7 @@ def _is_bound_tensor(x):
 class MathMethods:
     __slots__ = ()
 
-    # -- unary functions ----------------------------------------------------------------
-    exp2, expm1, log2, log10, log1p, rsqrt = map(
-        _unary, ("exp2", "expm1", "log2", "log10", "log1p", "rsqrt"))
-    tan, asin, acos, atan = map(_unary, ("tan", "asin", "acos", "atan"))
-    sinh, cosh, asinh, acosh, atanh = map(_unary, ("sinh", "cosh", "asinh", "acosh", "atanh"))
-    erf, erfc, erfinv, lgamma, digamma = map(_unary, ("erf", "erfc", "erfinv", "lgamma", "digamma"))
-    floor, ceil, trunc, frac = map(_unary, ("floor", "ceil", "trunc", "frac"))
-    arcsin, arccos, arctan = asin, acos, atan
-    arcsinh, arccosh, arctanh = asinh, acosh, atanh
-    fix = trunc
-
+    # -- unary functions: x.sinh() ... come from the op records (tracer/api.py) ---------
     def round(self, decimals=0):
         if decimals == 0:
             return apply("round.default", [self], {})

@@ -144,15 +144,12 @@ def _method(name):
     return lambda x: getattr(x, name)()
 
 
-# The elementwise math family (tracer/ops_math.py): unary ufuncs map to methods,
+# The elementwise math family (tracer/ops_math.py): a unary ufunc that is one op comes from
+# the op's record (UNARY_UFUNCS, above); those that are composites map to their methods,
 # binary ufuncs to their op with a scalar or array allowed on either side.
 _UFUNCS.update({f: _method(m) for f, m in [
-    (np.exp2, "exp2"), (np.expm1, "expm1"), (np.log2, "log2"), (np.log10, "log10"),
-    (np.log1p, "log1p"), (np.tan, "tan"), (np.arcsin, "asin"), (np.arccos, "acos"),
-    (np.arctan, "atan"), (np.sinh, "sinh"), (np.cosh, "cosh"), (np.arcsinh, "asinh"),
-    (np.arccosh, "acosh"), (np.arctanh, "atanh"), (np.floor, "floor"), (np.ceil, "ceil"),
-    (np.rint, "round"), (np.trunc, "trunc"), (np.square, "square"), (np.deg2rad, "deg2rad"),
-    (np.rad2deg, "rad2deg"), (np.radians, "deg2rad"), (np.degrees, "rad2deg"),
+    (np.square, "square"), (np.deg2rad, "deg2rad"), (np.rad2deg, "rad2deg"),
+    (np.radians, "deg2rad"), (np.degrees, "rad2deg"),
 ]})
 def _binary(op):
     return lambda a, b: binop(op, a, b)

@@ -88,13 +88,23 @@ def _in_result_dtype(impl):
     return run
 
 
-def elementwise(schema, impl, rule="promote"):
+def elementwise(schema, impl, rule="promote", numpy=(), methods=()):
+    """Declare an elementwise op; ``numpy`` / ``methods``: its front ends (OpDef)."""
     name = schema.split("(")[0]
     if rule != "float":
-        return defop(schema, E, _ew(rule, name), impl)
-    op = defop(schema, E, _ew(rule, name), _in_result_dtype(impl))
-    op.float_math = True
+        op = defop(schema, E, _ew(rule, name), impl)
+    else:
+        op = defop(schema, E, _ew(rule, name), _in_result_dtype(impl))
+        op.float_math = True
+    op.numpy, op.methods = tuple(numpy), tuple(methods)
     return op
+
+
+def unary(name, impl, rule, numpy=None, aliases=()):
+    """A one-array op whose front ends are ``np.<ufunc>(x)`` (``numpy``, when it is one) and
+    the methods ``x.<name>()`` and ``x.<alias>()``: the whole front end of a new unary op."""
+    return elementwise(f"{name}(Tensor self) -> Tensor", impl, rule,
+                       () if numpy is None else (numpy,), (name, *aliases))
 
 
 # -- elementwise -------------------------------------------------------------
@@ -102,16 +112,17 @@ def _recip(x):
     return np.true_divide(1, x)
 
 
-for _name, _fn, _rule in [
-    ("exp", np.exp, "float"), ("log", np.log, "float"), ("sin", np.sin, "float"),
-    ("cos", np.cos, "float"), ("tanh", np.tanh, "float"), ("sqrt", np.sqrt, "float"),
-    ("sigmoid", lazy_scipy.special("expit"), "float"), ("reciprocal", _recip, "float"),
-    ("abs", np.abs, "same"), ("neg", np.negative, "same"), ("sign", np.sign, "same"),
-    ("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "same"),
-    ("zeros_like", np.zeros_like, "same"), ("ones_like", np.ones_like, "same"),
-    ("detach", np.copy, "same"),   # stop_gradient: the values, no gradient
-]:
-    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, _rule)
+for _name, _fn in [("exp", np.exp), ("log", np.log), ("sin", np.sin), ("cos", np.cos),
+                   ("tanh", np.tanh), ("sqrt", np.sqrt), ("reciprocal", np.reciprocal)]:
+    unary(_name, _recip if _fn is np.reciprocal else _fn, "float", _fn)
+unary("sigmoid", lazy_scipy.special("expit"), "float")
+unary("abs", np.abs, "same", np.absolute)
+unary("sign", np.sign, "same", np.sign, ("sgn",))
+unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), "same")
+elementwise("neg(Tensor self) -> Tensor", np.negative, "same", (np.negative,))   # (x.neg(): api.py)
+for _name, _fn in [("zeros_like", np.zeros_like), ("ones_like", np.ones_like),
+                   ("detach", np.copy)]:   # (detach: stop_gradient, the values without gradient)
+    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "same")
 
 
 def _axpy(a, b, alpha, sign=1):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.lazy_scipy import special as _special
-from gradjit.tracer.ops import E, broadcast_shapes, elementwise
+from gradjit.tracer.ops import E, broadcast_shapes, elementwise, unary
 from gradjit.tracer.registry import defop
 
 _POLYGAMMA = _special("polygamma")
@@ -41,22 +41,27 @@ def _logit(x, eps):
 # -- unary (float results) ---------------------------------------------------------------
 for _name, _fn in [
     ("exp2", np.exp2), ("expm1", np.expm1), ("log2", np.log2), ("log10", np.log10),
-    ("log1p", np.log1p), ("rsqrt", _rsqrt), ("tan", np.tan), ("asin", np.arcsin),
-    ("acos", np.arccos), ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh),
-    ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-    ("erf", _special("erf")), ("erfc", _special("erfc")), ("erfinv", _special("erfinv")),
-    ("lgamma", _special("gammaln")), ("digamma", _special("psi")),
+    ("log1p", np.log1p), ("tan", np.tan), ("sinh", np.sinh), ("cosh", np.cosh),
 ]:
-    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "float")
+    unary(_name, _fn, "float", _fn)
+for _name, _fn in [("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan),
+                   ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh)]:
+    unary(_name, _fn, "float", _fn, (_fn.__name__,))   # (x.arcsin() as x.asin())
+unary("rsqrt", _rsqrt, "float")
+for _name, _fn in [("erf", "erf"), ("erfc", "erfc"), ("erfinv", "erfinv"), ("lgamma", "gammaln"),
+                   ("digamma", "psi")]:   # (scipy.special's ufuncs: tracer/numpy_protocol.py)
+    unary(_name, _special(_fn), "float")
 
 elementwise("logit(Tensor self, float? eps=None) -> Tensor", _logit, "float")
 elementwise("polygamma(int n, Tensor self) -> Tensor", lambda x, n: _POLYGAMMA(n, x),
             "float")
 
 # -- rounding (dtype kept; gradient zero almost everywhere) -------------------------------
-for _name, _fn in [("floor", np.floor), ("ceil", np.ceil), ("round", np.round),
-                   ("trunc", np.trunc), ("frac", _frac)]:
-    elementwise(f"{_name}(Tensor self) -> Tensor", _fn, "same")
+for _name, _fn in [("floor", np.floor), ("ceil", np.ceil)]:
+    unary(_name, _fn, "same", _fn)
+unary("trunc", np.trunc, "same", np.trunc, ("fix",))
+unary("frac", _frac, "same")
+elementwise("round(Tensor self) -> Tensor", np.round, "same", (np.rint,))   # (x.round(decimals))
 elementwise("round.decimals(Tensor self, *, int decimals) -> Tensor",
             lambda x, decimals: np.round(x, decimals), "same")
 

@@ -264,6 +264,11 @@ class OpDef:
     # bool operands are cast to the float result dtype before the op's arithmetic, as in
     # NumPy (1 - x or -x of a uint8 must not wrap around first).
     float_math: bool = False
+    # Front ends made from the record (tracer/api.py): the NumPy ufuncs that are this op
+    # on one array (``np.sinh(x)``), and the methods of Tensor and traced arrays that apply
+    # it with no arguments (``x.sinh()``, ``x.arcsinh()``).
+    numpy: tuple = ()
+    methods: tuple = ()
 
 
 OPS: dict[str, OpDef] = {}
