@@ -22,7 +22,7 @@ import numpy as np
 from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
-from gradjit.tracer.methods_index2 import pad as _torch_pad
+from gradjit.tracer.methods_scatter import pad as _torch_pad
 from gradjit.tracer.numpy_extra import _linspace, along, is_obj, unsupported
 
 
