@@ -1,12 +1,12 @@
 """NumPy's real / imag / angle / sinc, the split family, rollaxis, ndim / shape / size,
 tril/triu_indices_from, diff, gradient, select, average, meshgrid; ``r_`` / ``c_``; and
-the checked tables of numpy_extra, numpy_logic, numpy_pad and this module.
+the checked tables of numpy_joins, numpy_ufuncs, numpy_pad and this module.
 
 Contract
-- The third part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
+- The third part of ``tracer/numpy_joins.py`` (whose contract applies: NumPy's
   signatures and values, composites of registered ops, unknown keywords a
   ``TypeError`` naming the function, unhonourable ones ``UnsupportedError``).
-  ``NUMPY_FUNCTIONS`` (this module's, numpy_extra's and numpy_pad's, each
+  ``NUMPY_FUNCTIONS`` (this module's, numpy_joins's and numpy_pad's, each
   behind ``checked``) and ``NUMPY_UFUNCS`` are what ``tracer/numpy_protocol.py``
   merges into its tables.
 - real / imag / conj / angle take real input (gradjit has no complex dtypes):
@@ -36,9 +36,9 @@ from gradjit.tracer.api import where as _where
 from gradjit.tracer.creation import zeros_like
 from gradjit.tracer.methods_index import _concrete, cat
 from gradjit.tracer.methods_math import binop
-from gradjit.tracer.numpy_extra import (NUMPY_UFUNCS, TABLE, along, checked, is_obj,  # noqa: F401
+from gradjit.tracer.numpy_joins import (NUMPY_UFUNCS, TABLE, along, checked, is_obj,  # noqa: F401
                                         keep, like_of, ndim_of, obj, probe, unsupported, weak)
-from gradjit.tracer.numpy_logic import UFUNCS as _LOGIC_UFUNCS
+from gradjit.tracer.numpy_ufuncs import UFUNCS as _LOGIC_UFUNCS
 from gradjit.tracer.numpy_pad import TABLE as _PAD_TABLE
 
 NUMPY_UFUNCS = {**NUMPY_UFUNCS, **_LOGIC_UFUNCS}

@@ -1,7 +1,7 @@
 """``np.pad`` on traced arrays and tensors (for ``tracer/numpy_extra2.py``'s table).
 
 Contract
-- NumPy's signature, checks, messages and values (``tracer/numpy_extra.py``'s
+- NumPy's signature, checks, messages and values (``tracer/numpy_joins.py``'s
   contract). NumPy pads axis after axis, each axis a map of the lines along
   it, so each axis is done on its own, by registered ops (gradients through
   them): edge / wrap / reflect / symmetric select source indices with
@@ -23,7 +23,7 @@ from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
 from gradjit.tracer.methods_scatter import pad as _torch_pad
-from gradjit.tracer.numpy_extra import _linspace, along, is_obj, unsupported
+from gradjit.tracer.numpy_joins import _linspace, along, is_obj, unsupported
 
 
 def _pairs(x, ndim, as_index=False):

@@ -247,7 +247,7 @@ _NAMES = ({f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
 from gradjit.tracer.numpy_extra2 import NUMPY_FUNCTIONS as _EXTRA  # noqa: E402
 from gradjit.tracer.numpy_extra2 import NUMPY_UFUNCS as _EXTRA_U  # noqa: E402
 
-_FUNCTIONS.update(_EXTRA)   # argmax, any, pad, gradient ... (numpy_extra*.py, numpy_pad.py)
+_FUNCTIONS.update(_EXTRA)   # argmax, any, pad, gradient ... (numpy_joins.py, numpy_extra2.py, numpy_pad.py)
 _UFUNCS.update(_EXTRA_U)
 _NAMES |= {f.__name__ for f in list(_EXTRA) + list(_EXTRA_U)}
 from gradjit.tracer.numpy_shape import NUMPY_FUNCTIONS as _SHAPE  # noqa: E402

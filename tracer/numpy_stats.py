@@ -2,7 +2,7 @@
 searchsorted and linalg.matrix_power on traced values.
 
 Contract
-- The fourth part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
+- The fourth part of ``tracer/numpy_joins.py`` (whose contract applies: NumPy's
   signatures and values, composites of registered ops, so first and higher derivatives
   come from those ops; unknown keywords a ``TypeError`` naming the function,
   unhonourable ones ``UnsupportedError``). ``NUMPY_FUNCTIONS`` is what
@@ -33,7 +33,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.methods_index import cat
-from gradjit.tracer.numpy_extra import checked, is_obj, like_of, obj, unsupported
+from gradjit.tracer.numpy_joins import checked, is_obj, like_of, obj, unsupported
 
 
 def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",

@@ -1,4 +1,4 @@
-"""NumPy functions of tracer/numpy_extra.py, numpy_extra2.py and numpy_pad.py: values against NumPy,
+"""NumPy functions of tracer/numpy_joins.py, numpy_extra2.py and numpy_pad.py: values against NumPy,
 gradients against central finite differences of NumPy itself.
 
 Every forward case runs the same NumPy call on plain arrays (the oracle), on ``gj.tensor``s

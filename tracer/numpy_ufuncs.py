@@ -1,4 +1,4 @@
-"""NumPy's logical and bit ufuncs on traced arrays and tensors (for ``tracer/numpy_extra.py``).
+"""NumPy's logical and bit ufuncs on traced arrays and tensors (for ``tracer/numpy_joins.py``).
 
 Contract
 - ``UFUNCS`` maps ``np.logical_and / or / xor``, ``np.bitwise_and / or / xor``,
@@ -15,7 +15,7 @@ import numpy as np
 from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.api import apply
 from gradjit.tracer.api import where as _where
-from gradjit.tracer.numpy_extra import is_obj, like_of, obj, truth, weak
+from gradjit.tracer.numpy_joins import is_obj, like_of, obj, truth, weak
 
 
 def _logical(kind):

@@ -4,7 +4,7 @@ Contract
 - Three modules map NumPy callables to implementations with NumPy's full
   signatures and values: this one (the shared helpers; the ufuncs isnan,
   isfinite, isinf, logical_not, fabs, conjugate (logical_and / or / xor and the bit
-  ops: ``tracer/numpy_logic.py``); iscomplex, isreal (concrete: gradjit arrays are real); argmax, argmin, argsort, any, all,
+  ops: ``tracer/numpy_ufuncs.py``); iscomplex, isreal (concrete: gradjit arrays are real); argmax, argmin, argsort, any, all,
   count_nonzero, ptp, nancumsum, nancumprod; concatenate, stack, hstack,
   vstack, row_stack, dstack, column_stack with ``dtype=`` / ``casting=``,
   append, atleast_1d/2d/3d; linspace with traced ends), ``tracer/numpy_pad.py``
@@ -160,7 +160,7 @@ def _real_test(real):
 NUMPY_UFUNCS = {
     np.isnan: _isnan, np.isinf: _isinf, np.isfinite: _isfinite,
     np.logical_not: lambda x: A.eq(x, 0), np.fabs: _fabs, np.conjugate: _conj,
-}   # (+ the logical and bit ufuncs of tracer/numpy_logic.py, merged by numpy_extra2.py)
+}   # (+ the logical and bit ufuncs of tracer/numpy_ufuncs.py, merged by numpy_extra2.py)
 
 
 # -- reductions to integers and booleans ----------------------------------------------------------
