@@ -231,7 +231,7 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, ScatterMethods, LinalgM
     __rmul__ = _reflected("mul")
     def __rtruediv__(self, other): return binary("div", other, self)
     def __rpow__(self, other): return binary("pow", other, self)
-    # boolean masks: & | ^ ~ as NumPy's bitwise ufuncs on bools (tracer/numpy_joins.py)
+    # boolean masks: & | ^ ~ as NumPy's bitwise ufuncs on bools (tracer/numpy_ufuncs.py)
     def __and__(self, other): return np.bitwise_and(self, other)
     def __rand__(self, other): return np.bitwise_and(other, self)
     def __or__(self, other): return np.bitwise_or(self, other)

@@ -5,7 +5,7 @@ Contract: ``NUMPY_FUNCTIONS`` maps NumPy functions to the torch-named surface
 ``np.flip`` with ``axis=None`` acts on every axis; ``_take`` (used by
 ``tracer/numpy_shape.py``'s ``np.take``) and ``np.take_along_axis`` with
 ``axis=None`` index the flattened array. Joins and splits live in
-``tracer/numpy_joins.py`` / ``numpy_extra2.py``, roll / tril / take in ``tracer/numpy_shape.py``.
+``tracer/numpy_joins.py``, roll / tril / take in ``tracer/numpy_shape.py``.
 """
 from __future__ import annotations
 
