@@ -23,7 +23,7 @@ from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, 
 from gradjit.tracer import cat, stack
 from gradjit.tracer.methods_creation import stop_gradient
 from gradjit.tracer.control_flow import checkpoint, cond, fori_loop, scan, while_loop
-from gradjit.tracer.numpy_extra2 import c_, r_
+from gradjit.tracer.numpy_joins import c_, r_
 from gradjit.tracer.pytree import flatten as tree_flatten, ravel_pytree, unflatten as tree_unflatten
 from gradjit.tracer import linalg
 from gradjit import nn

@@ -19,7 +19,7 @@ from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim
                                      norm_dims, operands, promoting, register_frontend, strong)
 from gradjit.tracer.methods_creation import CreationMethods
 from gradjit.tracer.methods_index import IndexMethods
-from gradjit.tracer.methods_index2 import IndexMethods2
+from gradjit.tracer.methods_scatter import ScatterMethods
 from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
 from gradjit.tracer.methods_reduce import ReduceMethods
@@ -171,7 +171,7 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
-class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMethods, CreationMethods):
+class ArrayOps(MathMethods, ReduceMethods, IndexMethods, ScatterMethods, LinalgMethods, CreationMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()
@@ -229,7 +229,7 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, IndexMethods2, LinalgMe
     __rmul__ = _reflected("mul")
     def __rtruediv__(self, other): return binary("div", other, self)
     def __rpow__(self, other): return binary("pow", other, self)
-    # boolean masks: & | ^ ~ as NumPy's bitwise ufuncs on bools (tracer/numpy_extra.py)
+    # boolean masks: & | ^ ~ as NumPy's bitwise ufuncs on bools (tracer/numpy_ufuncs.py)
     def __and__(self, other): return np.bitwise_and(self, other)
     def __rand__(self, other): return np.bitwise_and(other, self)
     def __or__(self, other): return np.bitwise_or(self, other)

@@ -241,7 +241,7 @@ def _wrappers():
     out.update({name: _buffer(getattr(np, name)) for name in _BUFFERS})
     # np.r_[a, b] / np.c_[...]: NumPy's objects call np.array on each item, which no
     # protocol intercepts; while tracing they are gradjit's (NumPy's own on plain items)
-    from gradjit.tracer.numpy_extra2 import c_, r_
+    from gradjit.tracer.numpy_joins import c_, r_
     out.update(r_=r_, c_=c_)
     for fn in _FUNCTIONS:
         name = getattr(fn, "__name__", None)

@@ -5,14 +5,14 @@ Contract: ``NUMPY_FUNCTIONS`` maps NumPy functions to the torch-named surface
 ``np.flip`` with ``axis=None`` acts on every axis; ``_take`` (used by
 ``tracer/numpy_shape.py``'s ``np.take``) and ``np.take_along_axis`` with
 ``axis=None`` index the flattened array. Joins and splits live in
-``tracer/numpy_extra*.py``, roll / tril / take in ``tracer/numpy_shape.py``.
+``tracer/numpy_joins.py``, roll / tril / take in ``tracer/numpy_shape.py``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gradjit.tracer.methods_index import IndexMethods
-from gradjit.tracer.methods_index2 import NUMPY_FUNCTIONS as _INDEX2
+from gradjit.tracer.methods_scatter import NUMPY_FUNCTIONS as _SCATTER
 
 
 def _flip(m, axis=None):
@@ -36,4 +36,4 @@ NUMPY_FUNCTIONS = {
     np.diagonal: lambda a, offset=0, axis1=0, axis2=1: a.diagonal(offset, axis1, axis2),
     np.take_along_axis: lambda arr, indices, axis: arr.take_along_dim(indices, axis),
 }
-NUMPY_FUNCTIONS.update(_INDEX2)   # np.rot90, np.repeat, np.diag, np.pad ... (methods_index2.py)
+NUMPY_FUNCTIONS.update(_SCATTER)   # np.rot90, np.repeat, np.diag ... (methods_scatter.py)

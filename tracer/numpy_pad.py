@@ -1,7 +1,9 @@
-"""``np.pad`` on traced arrays and tensors (for ``tracer/numpy_extra2.py``'s table).
+"""``np.pad`` on traced arrays and tensors.
 
 Contract
-- NumPy's signature, checks, messages and values (``tracer/numpy_extra.py``'s
+- ``NUMPY_FUNCTIONS`` (behind ``checked``) is what ``tracer/numpy_protocol.py``
+  merges into its table.
+- NumPy's signature, checks, messages and values (``tracer/numpy_args.py``'s
   contract). NumPy pads axis after axis, each axis a map of the lines along
   it, so each axis is done on its own, by registered ops (gradients through
   them): edge / wrap / reflect / symmetric select source indices with
@@ -22,8 +24,9 @@ import numpy as np
 from gradjit.tracer.api import ArrayOps as A
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.methods_index import cat
-from gradjit.tracer.methods_index2 import pad as _torch_pad
-from gradjit.tracer.numpy_extra import _linspace, along, is_obj, unsupported
+from gradjit.tracer.methods_scatter import pad as _torch_pad
+from gradjit.tracer.numpy_args import along, checked, is_obj, unsupported
+from gradjit.tracer.numpy_grids import _linspace
 
 
 def _pairs(x, ndim, as_index=False):
@@ -170,4 +173,4 @@ def _pad(array, pad_width, mode="constant", **kwargs):
     return y
 
 
-TABLE = {np.pad: _pad}
+NUMPY_FUNCTIONS = {np.pad: checked(np.pad, _pad)}

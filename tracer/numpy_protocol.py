@@ -192,7 +192,7 @@ def _np_sort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 _FUNCTIONS = {
     # NumPy's reductions: one implementation each (tracer/numpy_reduce.py); reshape, where,
-    # clip, median ... with NumPy's own signatures are in tracer/numpy_shape.py (merged last)
+    # clip, median ... with NumPy's own signatures are in tracer/numpy_shape.py (_TABLES below)
     np.sum: nm.np_sum, np.mean: nm.np_mean, np.prod: nm.np_prod,
     np.amax: nm.np_max, np.max: nm.np_max, np.amin: nm.np_min, np.min: nm.np_min,
     np.var: nm.np_var, np.std: nm.np_std, np.cumsum: nm.np_cumsum, np.cumprod: nm.np_cumprod,
@@ -210,12 +210,6 @@ _FUNCTIONS.update({
     np.nansum: nm.np_nansum,
     np.sort: _np_sort,
 })
-from gradjit.tracer.linalg import NUMPY_FUNCTIONS as _LINALG  # noqa: E402
-
-_FUNCTIONS.update(_LINALG)   # np.linalg.*, np.einsum, np.tensordot ... (tracer/linalg.py)
-from gradjit.tracer.numpy_index import NUMPY_FUNCTIONS as _INDEX  # noqa: E402
-
-_FUNCTIONS.update(_INDEX)   # np.concatenate, np.stack, np.flip ... (tracer/numpy_index.py)
 from gradjit.tracer import creation as _cr  # noqa: E402
 
 
@@ -239,21 +233,24 @@ _FUNCTIONS.update({   # constants of the caller's front end (tracer/creation.py)
     np.empty_like: _np_like("empty"), np.full_like: _np_like("full"),
     np.copy: lambda a, order="K", subok=False: a.clone(),
 })
+# The NumPy-function modules whose tables are merged, in this order: a later table's entry
+# replaces an earlier one's (numpy_shape's NumPy signatures replace narrower entries).
+from gradjit.tracer import (linalg, numpy_grids, numpy_index, numpy_joins,  # noqa: E402
+                            numpy_pad, numpy_shape, numpy_stats, numpy_ufuncs)
+
+_TABLES = (
+    linalg,         # np.linalg.*, np.einsum, np.tensordot ... (tracer/linalg.py)
+    numpy_index,    # np.flip, np.rot90, np.repeat, np.diag, np.moveaxis ...
+    nm,             # (numpy_reduce) np.argmax, np.any, np.ptp, np.nancumsum ...
+    numpy_ufuncs,   # np.isnan, np.logical_and, np.invert ...; np.real, np.sinc, np.select
+    numpy_joins,    # np.concatenate, np.stack, np.split, np.append ...
+    numpy_pad,      # np.pad
+    numpy_grids,    # np.linspace, np.meshgrid, np.diff, np.gradient
+    numpy_shape,    # NumPy's own signatures where torch's differ; np.ndim, np.rollaxis ...
+    numpy_stats,    # np.quantile, np.average, np.cov, np.convolve, np.polyval ...
+)
+for _module in _TABLES:
+    _FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
+    _UFUNCS.update(getattr(_module, "NUMPY_UFUNCS", {}))
 _NAMES = ({f.__name__ for f in list(_UFUNCS) + list(_FUNCTIONS)}
           | {f for f, _ in _SCIPY_UNARY + _SCIPY_BINARY})
-from gradjit.tracer.numpy_extra2 import NUMPY_FUNCTIONS as _EXTRA  # noqa: E402
-from gradjit.tracer.numpy_extra2 import NUMPY_UFUNCS as _EXTRA_U  # noqa: E402
-
-_FUNCTIONS.update(_EXTRA)   # argmax, any, pad, gradient ... (numpy_extra*.py, numpy_pad.py)
-_UFUNCS.update(_EXTRA_U)
-_NAMES |= {f.__name__ for f in list(_EXTRA) + list(_EXTRA_U)}
-from gradjit.tracer.numpy_shape import NUMPY_FUNCTIONS as _SHAPE  # noqa: E402
-from gradjit.tracer.numpy_shape import NUMPY_UFUNCS as _SHAPE_U  # noqa: E402
-
-_FUNCTIONS.update(_SHAPE)   # NumPy's own signatures where torch's differ (numpy_shape.py)
-_UFUNCS.update(_SHAPE_U)
-_NAMES |= {f.__name__ for f in list(_SHAPE) + list(_SHAPE_U)}
-from gradjit.tracer.numpy_stats import NUMPY_FUNCTIONS as _STATS  # noqa: E402
-
-_FUNCTIONS.update(_STATS)   # quantile, cov, convolve, polyval ... (numpy_stats.py)
-_NAMES |= {f.__name__ for f in _STATS}

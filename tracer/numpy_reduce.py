@@ -12,6 +12,13 @@ Contract
   they run on tensors and tracers alike and never recurse into NumPy's names.
 - Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
   select it; a bool in the ``dtype`` slot is ``keepdim``): see numpy_methods.
+- The reductions to integers and booleans (argmax, argmin, argsort, any, all,
+  count_nonzero, ptp, nancumsum, nancumprod) are the checked ``NUMPY_FUNCTIONS``
+  that ``tracer/numpy_protocol.py`` merges (``tracer/numpy_args.py``'s contract:
+  unknown keywords a ``TypeError`` naming the function, ``out=`` an
+  ``UnsupportedError``). Their results carry no gradient. The one freedom taken:
+  sorts are stable whatever ``kind`` says (ties keep their order, which every
+  NumPy kind is allowed to return).
 """
 from __future__ import annotations
 
@@ -20,9 +27,13 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.numpy_args import _axis, _dtype, _keep, _unset
+from gradjit.tracer.api import where as _where
+from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, _unset, checked, given, keep, obj,
+                                       truth, unset)
 from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
+
+_BIG = np.dtype(np.int64)
 
 
 def _no_axes(axis):
@@ -229,3 +240,82 @@ def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     _unset("np.trace", out=out)
     a = _dtype("np.trace", a, dtype)
     return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)
+
+
+# -- reductions to integers and booleans ----------------------------------------------------------
+def _argext(kind):
+    def fn(a, axis=None, out=None, *, keepdims=np._NoValue):
+        unset(f"np.arg{kind}", out=out)
+        if axis is None:
+            i = ArrayOps._minmax_dim(ArrayOps.reshape(a, -1), kind, 0, False)[1]
+            return ArrayOps.reshape(i, (1,) * a.ndim) if keep(keepdims) else i
+        return ArrayOps._minmax_dim(a, kind, axis, keep(keepdims))[1]
+    return fn
+
+
+def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    unset("np.argsort", order=order)
+    if kind is not None and stable is not None:
+        raise ValueError("`kind` and keyword parameters can't be provided at the same time. "
+                         "Use only one of them.")
+    if kind is not None and not (isinstance(kind, str) and kind[:1].lower() in ("q", "m", "h",
+                                                                                "s")):
+        raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {kind!r})")
+    if axis is None or a.ndim == 0:   # NumPy: the flattened array (a 0-d one gives shape (1,))
+        a, axis = ArrayOps.reshape(a, -1), 0
+    return ArrayOps.sort(a, axis)[1]
+
+
+def _count(t, axis, keepdims):
+    """How many True in bool ``t`` along ``axis`` (int64); ``axis=()`` reduces nothing."""
+    if axis == ():
+        return ArrayOps.to(t, _BIG)
+    return ArrayOps.sum(t, axis, keep(keepdims))
+
+
+def _anyall(kind):
+    def fn(a, axis=None, out=None, keepdims=np._NoValue, *, where=np._NoValue):
+        unset(f"np.{kind}", out=out)
+        t = truth(a)
+        if given(where) and where is not True:   # masked-out elements are neutral
+            t = _where(obj(where, t), t, kind == "all")
+        if kind == "all":
+            return ArrayOps.eq(_count(ArrayOps.eq(t, False), axis, keepdims), 0)
+        return ArrayOps.gt(_count(t, axis, keepdims), 0)
+    return fn
+
+
+def _count_nonzero(a, axis=None, *, keepdims=False):
+    return _count(truth(a), axis, keepdims)
+
+
+def _ptp(a, axis=None, out=None, keepdims=np._NoValue):
+    unset("np.ptp", out=out)
+    if a.dtype == np.bool_:
+        raise TypeError("numpy boolean subtract, the `-` operator, is not supported, use the "
+                        "bitwise_xor, the `^` operator, or the logical_xor function instead.")
+    if axis == ():
+        return ArrayOps.sub(a, a)
+    return ArrayOps.sub(np_max(a, axis, None, keepdims), np_min(a, axis, None, keepdims))
+
+
+def _nanscan(kind, fill):
+    def fn(a, axis=None, dtype=None, out=None):
+        unset(f"np.nan{kind}", out=out)
+        if a.dtype.kind in "fc":
+            a = _where(ArrayOps.ne(a, a), fill, a)
+        if dtype is not None:
+            a = ArrayOps.to(a, dtype)
+        elif a.dtype.kind in "biu" and a.dtype.itemsize < 8:   # NumPy accumulates in int_
+            a = ArrayOps.to(a, np.uint64 if a.dtype.kind == "u" else np.int64)
+        if axis is None:
+            a, axis = ArrayOps.reshape(a, -1), 0
+        return getattr(ArrayOps, kind)(a, axis)
+    return fn
+
+
+NUMPY_FUNCTIONS = {f: checked(f, impl) for f, impl in {
+    np.argmax: _argext("max"), np.argmin: _argext("min"), np.argsort: _argsort,
+    np.any: _anyall("any"), np.all: _anyall("all"), np.count_nonzero: _count_nonzero,
+    np.ptp: _ptp, np.nancumsum: _nanscan("cumsum", 0), np.nancumprod: _nanscan("cumprod", 1),
+}.items()}

@@ -1,8 +1,9 @@
 """NumPy's own signatures for shape, selection and fill functions whose torch-named
-counterparts differ (order='F', tuple axes, modes, keywords).
+counterparts differ (order='F', tuple axes, modes, keywords); NumPy's axis and size
+queries.
 
 Contract: ``NUMPY_FUNCTIONS`` / ``NUMPY_UFUNCS`` map NumPy callables to
-implementations with NumPy's full signature and semantics, merged last into the
+implementations with NumPy's full signature and semantics, merged late into the
 protocol table (tracer/numpy_protocol.py), so they replace earlier, narrower
 entries: ``np.ravel`` / ``np.reshape`` with ``order='F'``, ``np.roll`` with a
 tuple ``axis`` and one shift, ``np.where`` with a non-bool condition,
@@ -10,18 +11,22 @@ tuple ``axis`` and one shift, ``np.where`` with a non-bool condition,
 with a tuple ``axis`` and of an empty array, ``np.expand_dims`` with a tuple,
 ``np.take`` with ``mode``, ``np.clip`` with NumPy 2.1's ``min=`` / ``max=``,
 ``np.floor_divide`` (``//``) and ``np.rint`` of integers. Keywords gradjit cannot
-honour raise ``UnsupportedError``.
+honour raise ``UnsupportedError``. ``np.rollaxis``, ``np.ndim`` / ``np.shape`` /
+``np.size`` (Python values: shapes are concrete) and ``np.tril_indices_from`` /
+``np.triu_indices_from`` (plain index arrays) are behind ``checked``
+(tracer/numpy_args.py's contract).
 """
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from gradjit.tracer.api import ArrayOps, where
 from gradjit.tracer.dispatch import promoting
 from gradjit.tracer.methods_reduce import ReduceMethods
-from gradjit.tracer.numpy_args import unsupported
+from gradjit.tracer.numpy_args import checked, unsupported
 from gradjit.tracer.numpy_reduce import np_transpose
 
 
@@ -159,6 +164,36 @@ def _tri(name):
     return fn
 
 
+def _rollaxis(a, axis, start=0):
+    n = a.ndim
+    axis = normalize_axis_index(axis, n)
+    start = start + n if start < 0 else start
+    if not 0 <= start < n + 1:
+        raise np.exceptions.AxisError(f"'start' arg requires {-n} <= start < {n + 1}")
+    start -= axis < start
+    if axis == start:
+        return a
+    axes = [k for k in range(n) if k != axis]
+    axes.insert(start, axis)
+    return ArrayOps.permute(a, axes)
+
+
+def _size(a, axis=None):
+    if axis is None:
+        return int(np.prod(a.shape))
+    if isinstance(axis, numbers.Integral):
+        return a.shape[normalize_axis_index(axis, a.ndim)]
+    return int(np.prod([a.shape[d] for d in normalize_axis_tuple(axis, a.ndim)]))
+
+
+def _tri_indices_from(np_fn):
+    def fn(arr, k=0):
+        if arr.ndim != 2:
+            raise ValueError("input array must be 2-d")
+        return np_fn(arr.shape[-2], k=k, m=arr.shape[-1])   # positions only: plain arrays
+    return fn
+
+
 def floor_divide(a, b):
     """``a // b`` as NumPy's ``npy_divmod`` computes it (``(a - fmod(a, b)) / b``, moved to
     the floor; ``a / b`` where ``b`` is 0, 0 for integers), so infinities and signed zeros
@@ -221,5 +256,10 @@ NUMPY_FUNCTIONS = {
     np.clip: clip, np.tril: _tri("tril"), np.triu: _tri("triu"),
 }
 NUMPY_FUNCTIONS[np.trapezoid] = trapezoid
+NUMPY_FUNCTIONS.update({f: checked(f, impl) for f, impl in {
+    np.rollaxis: _rollaxis, np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape),
+    np.size: _size, np.tril_indices_from: _tri_indices_from(np.tril_indices),
+    np.triu_indices_from: _tri_indices_from(np.triu_indices),
+}.items()})
 NUMPY_UFUNCS = {np.floor_divide: floor_divide, np.rint: rint, np.cbrt: cbrt,
                 np.heaviside: heaviside}

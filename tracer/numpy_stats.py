@@ -1,16 +1,18 @@
-"""NumPy's quantile / percentile, cov / corrcoef, polyval, convolve / correlate, interp,
-searchsorted and linalg.matrix_power on traced values.
+"""NumPy's quantile / percentile, average, cov / corrcoef, polyval, convolve / correlate,
+interp, searchsorted and linalg.matrix_power on traced values.
 
 Contract
-- The fourth part of ``tracer/numpy_extra.py`` (whose contract applies: NumPy's
-  signatures and values, composites of registered ops, so first and higher derivatives
-  come from those ops; unknown keywords a ``TypeError`` naming the function,
-  unhonourable ones ``UnsupportedError``). ``NUMPY_FUNCTIONS`` is what
-  ``tracer/numpy_protocol.py`` merges into its table.
+- ``tracer/numpy_args.py``'s contract applies: NumPy's signatures and values,
+  composites of registered ops, so first and higher derivatives come from those ops;
+  unknown keywords a ``TypeError`` naming the function, unhonourable ones
+  ``UnsupportedError``. ``NUMPY_FUNCTIONS`` is what ``tracer/numpy_protocol.py``
+  merges into its table.
 - ``quantile`` / ``percentile``: ``method='linear'`` (NumPy's default) with concrete ``q``
   (a number or an array: its dimensions come first in the result), ``axis`` None or one
   int, ``keepdims``; the sorted values are interpolated, so the gradient goes to the two
   order statistics around each quantile.
+- ``average``: weights checked not to sum to zero only when they are concrete (a
+  traced sum has no value yet).
 - ``cov`` / ``corrcoef``: ``m``, ``y``, ``rowvar``, ``bias``, ``ddof``, ``dtype``; weights
   are refused. ``corrcoef`` clips to [-1, 1] as NumPy does.
 - ``convolve`` / ``correlate``: 1-D, modes 'full', 'same', 'valid', either operand traced,
@@ -30,10 +32,13 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
 
 from gradjit.tracer.api import ArrayOps as A
-from gradjit.tracer.methods_index import cat
-from gradjit.tracer.numpy_extra import checked, is_obj, like_of, obj, unsupported
+from gradjit.tracer.methods_index import _concrete, cat
+from gradjit.tracer.numpy_args import checked, is_obj, keep, like_of, obj, unsupported
+
+_F64 = np.dtype(np.float64)
 
 
 def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -265,9 +270,43 @@ def _searchsorted(a, v, side="left", sorter=None):
     return A.reshape(A.sum(A.to(hits, np.int64), (1,)), tuple(v.shape))
 
 
+def _sum(x, axes, keepdims):
+    return x if axes == () else A.sum(x, axes, keepdims)
+
+
+def _average(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
+    like = like_of(a, weights)
+    a = obj(a, like)
+    axes = None if axis is None else normalize_axis_tuple(axis, a.ndim, argname="axis")
+    kd = keep(keepdims)
+    if weights is None:
+        x = a if a.dtype.kind in "fc" else A.to(a, _F64)
+        avg = x if axes == () else A.mean(x, axes, kd)
+        scl = like._const(np.full(avg.shape, a.numel() / avg.numel(), avg.dtype))
+    else:
+        w = obj(weights, like)
+        if a.shape != w.shape:
+            if axes is None:
+                raise TypeError("Axis must be specified when shapes of a and weights differ.")
+            if w.shape != tuple(a.shape[ax] for ax in axes):
+                raise ValueError("Shape of weights must be consistent with shape of a along "
+                                 "specified axis.")
+            w = A.permute(w, tuple(int(k) for k in np.argsort(axes)))
+            w = A.reshape(w, tuple(s if ax in axes else 1 for ax, s in enumerate(a.shape)))
+        rdt = np.result_type(a.dtype, w.dtype, *("f8",) * (a.dtype.kind in "biu"))
+        w = A.to(w, rdt)
+        scl = _sum(w, axes, kd)
+        known = _concrete(scl)
+        if known is not None and np.any(known == 0.0):
+            raise ZeroDivisionError("Weights sum to zero, can't be normalized")
+        avg = A.div(_sum(A.mul(A.to(a, rdt), w), axes, kd), scl)
+        scl = A.expand(scl, avg.shape)
+    return (avg, scl) if returned else avg
+
+
 NUMPY_FUNCTIONS = {f: checked(f, impl) for f, impl in {
     np.interp: _interp, np.searchsorted: _searchsorted,
     np.quantile: _quantile_np, np.percentile: _percentile, np.cov: _cov,
     np.corrcoef: _corrcoef, np.polyval: _polyval, np.convolve: _convolve,
-    np.correlate: _correlate, np.linalg.matrix_power: _matrix_power,
+    np.correlate: _correlate, np.linalg.matrix_power: _matrix_power, np.average: _average,
 }.items()}

@@ -7,6 +7,6 @@ from gradjit.tracer.nn_layers import *  # noqa: F401,F403
 from gradjit.tracer.nn_layers import __all__ as _nn_layers
 
 __all__ = list(_layers) + list(_losses) + list(_nn_layers)
-from gradjit.tracer.methods_index2 import pad  # noqa: E402,F401  (tracer/methods_index2.py)
+from gradjit.tracer.methods_scatter import pad  # noqa: E402,F401  (tracer/methods_scatter.py)
 
 __all__.append("pad")

@@ -1,5 +1,7 @@
-"""NumPy functions of tracer/numpy_extra.py, numpy_extra2.py and numpy_pad.py: values against NumPy,
-gradients against central finite differences of NumPy itself.
+"""The NumPy-function modules (tracer/numpy_ufuncs.py, numpy_joins.py, numpy_grids.py,
+numpy_pad.py, the integer and boolean reductions of numpy_reduce.py, numpy_shape.py's
+rollaxis / ndim / shape / size / tri*_indices_from, numpy_stats.py's average): values
+against NumPy, gradients against central finite differences of NumPy itself.
 
 Every forward case runs the same NumPy call on plain arrays (the oracle), on ``gj.tensor``s
 (eager) and under ``gj.jit``; results must have NumPy's shape and dtype and exactly its
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
-from gradjit.tracer.numpy_extra2 import c_, r_
+from gradjit.tracer.numpy_joins import c_, r_
 from gradjit.tracer.numpy_methods import UnsupportedError
 from tests.fd import numerical_grad
 

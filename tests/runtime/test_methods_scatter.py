@@ -1,4 +1,4 @@
-"""The second indexing/shape family (tracer/methods_index2.py): values, gradients, errors.
+"""The scatter and placement methods (tracer/methods_scatter.py): values, gradients, errors.
 
 scatter, index_put, index_add / scatter_add methods, masked_select, rot90,
 repeat_interleave, diag, diag_embed, pad (constant, reflect, replicate,
@@ -193,7 +193,7 @@ def test_compiled_matches_interpreted(monkeypatch):
                 + x.scatter(0, _IDX[:, :3], s).repeat_interleave(2, 0)[:3]
                 + x.diag_embed()[0, :3, :3] + x.masked_select(_MASK[:3, :3]).reshape(3, 2)[:, :1]
                 + x.index_put((_I0, _I1 % 3), s[0], accumulate=True).moveaxis(0, 1))
-    case = Case("index2", f, (normal(3, 3), distinct(3, 3)))
+    case = Case("scatter", f, (normal(3, 3), distinct(3, 3)))
     arrays = case.arrays()
     W = case.weights(arrays)
     monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")

@@ -1,7 +1,7 @@
-"""Remaining coverage gaps: second-order checks (gradgradcheck, interpreted) for the
-conv/pool/norm composites in gj.nn.functional, and first-order finite-difference checks
-(tensor mode via gradcheck and gj.grad vs tests/fd.py) for a handful of Tensor methods
-and gj.linalg.multi_dot."""
+"""Second-order checks (gradgradcheck, interpreted) for the conv/pool/norm composites in
+gj.nn.functional, and first-order finite-difference checks (tensor mode via gradcheck and
+gj.grad vs tests/fd.py) for a handful of Tensor methods and gj.linalg.multi_dot; an
+in-place op on a non-leaf tensor keeps its history."""
 from __future__ import annotations
 
 import numpy as np

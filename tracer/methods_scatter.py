@@ -1,7 +1,10 @@
-"""More indexing and shape methods (mixed into ``ArrayOps``): scatter, index_put, pad ...
+"""Scatter and placement methods (mixed into ``ArrayOps``): writes at given positions
+(scatter, index_put, index_add), selections and placements through an index computed
+here (masked_select, repeat_interleave, diag, pad), and a few axis methods (rot90,
+moveaxis, ravel, swapdims).
 
 Contract
-- ``IndexMethods2`` gives ``Tensor`` and ``Tracer`` the torch-named methods
+- ``ScatterMethods`` gives ``Tensor`` and ``Tracer`` the torch-named methods
   ``scatter``, ``index_put``, ``index_add``, ``scatter_add``, ``masked_select``,
   ``rot90``, ``repeat_interleave``, ``diag``, ``diag_embed``, ``moveaxis`` /
   ``movedim``, ``ravel``, ``swapdims``; the module function ``pad`` is
@@ -137,7 +140,7 @@ def _moveaxis_perm(ndim, source, destination, name):
     return order
 
 
-class IndexMethods2:
+class ScatterMethods:
     __slots__ = ()
 
     # -- scatter family ------------------------------------------------------------
