@@ -189,9 +189,10 @@ _OPERATORS = [lambda x, s: x * s, lambda x, s: s * x, lambda x, s: x - s, lambda
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
 def test_numpy_scalars_are_strong_operands(dt, scalar, executor):
     x = np.array([1, 2, 3]).astype(dt)
-    for k, op in enumerate(_OPERATORS):
-        want = op(x, scalar)
-        _same(gj.jit(lambda a: op(a, scalar))(x), want)
+    # every operator in one traced function: one compile per case, not one per operator
+    got = gj.jit(lambda a: tuple(op(a, scalar) for op in _OPERATORS))(x)
+    for op, g in zip(_OPERATORS, got, strict=True):
+        _same(g, op(x, scalar))
     if np.dtype(dt).kind == "f":   # the gradient arrives in the input's dtype, right
         g = gj.grad(lambda a: (a * scalar * a).sum())(x)
         assert g.dtype == x.dtype
@@ -215,14 +216,17 @@ def test_bit_operations(da, db, executor):
     a = rng.integers(-100, 100, (2, 3)).astype(da)
     b = (np.array([[0, 1, 7], [8, 63, 70]]) if db == np.int64 else
          rng.integers(0, 9, (2, 3))).astype(db)
+    ops, wants = [], []
     for op in _BIT_OPS:
         try:
-            want = op(a, b)
+            wants.append(op(a, b))
+            ops.append(op)
         except TypeError:
             with pytest.raises(TypeError):
                 gj.jit(op)(a, b)
-            continue
-        got = gj.jit(op)(a, b)
+    # the operations NumPy takes, in one traced function: one compile per case, not nine
+    gots = gj.jit(lambda x, y: tuple(op(x, y) for op in ops))(a, b)
+    for op, got, want in zip(ops, gots, wants, strict=True):
         assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
     with pytest.raises(TypeError, match="bitwise_and"):
         gj.jit(lambda x: x & 1)(np.ones(2))
