@@ -24,6 +24,12 @@ Contract
   call overhead differ. Code compiled either way is read back correctly by the other from
   the disk cache.
 - ``STATS["blocks"]``: compiles made with the swaps in (tests read it).
+- ``numpy_function_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``
+  (None where it has none). While a trace runs, ``np.<name>`` is gradjit's stand-in
+  (tracer/coercion.py); this is what the stand-in tells Numba it is, so a compile in
+  another thread meanwhile (the background tier, the user's ``@njit`` code) types it as
+  NumPy's own. Without it such a compile failed ("Use of unsupported NumPy function
+  'numpy.copy'") and its structure stayed on the interpreter.
 
 Not patches, so not here: gradjit's uses of Numba's private APIs on its own dispatchers
 (loading a cached overload, its cache class: runtime/compiler.py, runtime/numba_cache.py,
@@ -78,3 +84,12 @@ def _methods_swapped():
                 delattr(cls, name)
             else:
                 setattr(cls, name, old)
+
+
+def numpy_function_type(fn):
+    """Numba's type of NumPy's function ``fn`` on the CPU target, or None (see above)."""
+    from numba.core.registry import cpu_target
+    try:   # (the typing registry Numba refreshed for the compile asking)
+        return cpu_target.typing_context._lookup_global(fn)
+    except Exception:   # noqa: BLE001 - another Numba layout: the compile fails as before
+        return None

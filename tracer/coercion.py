@@ -12,7 +12,12 @@ Contract
   rules); anything else goes to NumPy untouched.
 - The wrappers are installed once for all threads while at least one trace is
   running (a counter under a lock) and removed when the last one ends; a call
-  from another thread with plain arrays pays one type check.
+  from another thread with plain arrays pays one type check. Numba compiling
+  meanwhile in another thread (gradjit's background tier, generated code calling
+  ``np.copy`` or ``np.empty``; the user's own ``@njit`` code) sees a wrapper where it
+  looks up ``np.<name>``: each wrapper is a ``Stand`` whose ``_numba_type_`` (Numba's
+  typeof protocol) is the Numba type of NumPy's own function, from the runtime
+  (``HOOKS.numba_type``, tracer/hooks.py), so such compiles type it as NumPy's.
 - Names bound to those NumPy functions elsewhere (``from numpy import zeros``,
   ``z = np.zeros``) are swapped the same way in the globals of the traced function
   and of the user's functions it reaches (through its globals, modules, closure
@@ -37,6 +42,7 @@ import types
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.hooks import HOOKS
 from gradjit.tracer.rng_guard import captured
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import _OURS, GradjitError
@@ -110,6 +116,26 @@ def _build(x, ref, dt):
     return ref._const(np.asarray(x, dtype=dt))
 
 
+class Stand:
+    """NumPy's function ``orig`` while a trace runs: calls go to ``call``; to Numba it is
+    ``orig`` (``_numba_type_``), so a compile in another thread meanwhile is unaffected."""
+
+    def __init__(self, call, orig):
+        self._call, self.__wrapped__ = call, orig
+        self.__name__ = getattr(orig, "__name__", type(orig).__name__)
+        self.__doc__ = getattr(orig, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    @property
+    def _numba_type_(self):   # (read by Numba's typeof when it types np.<name>)
+        return HOOKS.numba_type(self.__wrapped__)
+
+    def __repr__(self):
+        return f"<gradjit's stand-in for {self.__wrapped__!r} while tracing>"
+
+
 def _coercer(orig):
     def coerce(a, dtype=None, *args, **kwargs):
         if isinstance(a, np.ndarray) or not _holds_traced(a):
@@ -175,7 +201,7 @@ def _called_by_user():
     the frame's current instruction must be of a name zeros, ones, empty or full."""
     if not _LIBRARY_DIRS:
         _LIBRARY_DIRS.append(_library_dirs())
-    f = sys._getframe(2)
+    f = sys._getframe(3)   # (this, the wrapper, Stand.__call__, the caller)
     code = f.f_code
     if code.co_filename.startswith(_LIBRARY_DIRS[0]):
         return False
@@ -237,8 +263,8 @@ def _buffer(orig):
 
 def _wrappers():
     from gradjit.tracer.numpy_protocol import _FUNCTIONS
-    out = {name: _coercer(getattr(np, name)) for name in _COERCE}
-    out.update({name: _buffer(getattr(np, name)) for name in _BUFFERS})
+    out = {name: Stand(_coercer(getattr(np, name)), getattr(np, name)) for name in _COERCE}
+    out.update({name: Stand(_buffer(getattr(np, name)), getattr(np, name)) for name in _BUFFERS})
     # np.r_[a, b] / np.c_[...]: NumPy's objects call np.array on each item, which no
     # protocol intercepts; while tracing they are gradjit's (NumPy's own on plain items)
     from gradjit.tracer.numpy_joins import c_, r_
@@ -247,7 +273,7 @@ def _wrappers():
         name = getattr(fn, "__name__", None)
         if (name and name not in _SEQUENCE_FIRST and getattr(np, name, None) is fn
                 and name not in out):
-            out[name] = _first_arg(fn)
+            out[name] = Stand(_first_arg(fn), fn)
     return out
 
 

@@ -7,6 +7,8 @@ Contract
     ``Tensor.backward``'s engine (runtime/autograd.py's ``tensor_backward``);
   - ``HOOKS.cuda``: device arrays (runtime/cuda.py: ``require``, ``to_device``,
     ``to_host``, ``run_op`` ...);
+  - ``HOOKS.numba_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``, or
+    None (runtime/numba_patches.py; tracer/coercion.py's stand-ins report it to Numba);
   - ``install(eager={op name: fn})``: eager implementations of registered ops
     (``OpDef.eager``; runtime/eager_blas.py: products on the compiled code's BLAS).
 - ``gradjit/__init__.py`` calls ``install`` once. Before that (the tracer imported on its
@@ -40,13 +42,15 @@ def _missing(what):
 class _Hooks:
     backward = _Missing("backward")
     cuda = _Missing("cuda")
+    numba_type = staticmethod(lambda fn: None)   # (no runtime: nothing compiles)
 
 
 HOOKS = _Hooks()
 
 
-def install(*, backward, cuda, eager=()):
-    """Plug the runtime in: the tensor backward, the CUDA module, eager op kernels."""
-    HOOKS.backward, HOOKS.cuda = backward, cuda
+def install(*, backward, cuda, numba_type, eager=()):
+    """Plug the runtime in: the tensor backward, the CUDA module, Numba's types of NumPy's
+    functions, eager op kernels."""
+    HOOKS.backward, HOOKS.cuda, HOOKS.numba_type = backward, cuda, numba_type
     for name, fn in dict(eager).items():
         get_op(name).eager = fn

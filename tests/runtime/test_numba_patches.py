@@ -77,3 +77,40 @@ def test_switched_off_gives_the_same_numbers(tmp_path):
     for key in on:
         if key not in ("blocks", "compiles"):
             np.testing.assert_array_equal(on[key], off[key], err_msg=key)
+
+
+def _sorts_and_copies(x):   # compiled code calling np.argsort, np.copy and np.tril
+    s = np.sort(x, axis=-1)
+    y = x.copy()
+    y[0] = 0.0
+    return (s * np.tril(np.outer(x[0], x[0]))[0]).sum() + (y ** 2).sum()
+
+
+def test_numba_types_numpys_functions_while_a_trace_runs():
+    """While a trace runs, np.copy & co. are gradjit's stand-ins in NumPy's namespace, for
+    every thread. A compile meanwhile (gradjit's background tier, the user's @njit code)
+    must still type them as NumPy's own: it failed, and the structure stayed interpreted."""
+    import numba
+
+    from gradjit.tracer.coercion import Stand, traced_numpy
+    from gradjit.tracer.ir import Graph
+
+    x = np.random.default_rng(3).standard_normal((3, 5))
+    want = gj.grad(_sorts_and_copies)(x)
+    compiles = compiler.STATS["compiles"]
+    with traced_numpy(Graph("outer")):
+        assert isinstance(np.copy, Stand) and isinstance(np.argsort, Stand)
+
+        @numba.njit
+        def user(v):
+            w = np.empty(v.shape)
+            w[:] = np.copy(v)
+            return np.tril(np.outer(w, w)).sum() + np.argsort(v)[0]
+
+        assert user(x[0]) == pytest.approx(np.tril(np.outer(x[0], x[0])).sum()
+                                           + np.argsort(x[0])[0], rel=1e-12)
+        got = gj.grad(_sorts_and_copies)(x[:, :4].copy())   # a new structure, compiled here
+    assert compiler.STATS["compiles"] > compiles
+    np.testing.assert_allclose(got, gj.grad(_sorts_and_copies)(x[:, :4].copy()))
+    np.testing.assert_allclose(want, gj.grad(_sorts_and_copies)(x))
+    assert not isinstance(np.copy, Stand)
