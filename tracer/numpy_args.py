@@ -4,7 +4,7 @@ NumPy-function modules.
 
 Contract: ``UnsupportedError`` is the error for a NumPy call or argument gradjit does
 not trace (``unsupported(what)`` raises it naming ``what`` and the user's line);
-``_unset`` refuses keywords given a value gradjit cannot honour; ``_axis`` / ``_keep``
+``unset`` refuses keywords given a value gradjit cannot honour; ``_axis`` / ``_keep``
 take NumPy's ``axis`` / ``keepdims`` or torch's ``dim`` / ``keepdim`` spellings.
 
 The NumPy-function modules (numpy_ufuncs, numpy_reduce's integer and boolean
@@ -46,13 +46,6 @@ class UnsupportedError(GradjitError, TypeError):
 def unsupported(what):
     raise UnsupportedError(f"{what} is not supported on traced arrays; see the README's list "
                            f"of supported NumPy functions", user_site())
-
-
-def _unset(name, **given):
-    """Raise for keywords that were given a value gradjit cannot honour."""
-    for key, value in given.items():
-        if value is not None and value is not np._NoValue:
-            unsupported(f"{name}(..., {key}=...)")
 
 
 def _axis(name, axis, dim):

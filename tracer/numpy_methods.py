@@ -31,7 +31,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.numpy_args import UnsupportedError, _unset, unsupported  # noqa: F401
+from gradjit.tracer.numpy_args import UnsupportedError, unset, unsupported  # noqa: F401
 from gradjit.tracer.numpy_reduce import (np_cumprod, np_cumsum, np_max, np_mean, np_min,
                                          np_prod, np_squeeze, np_std, np_sum, np_trace,
                                          np_transpose, np_var)
@@ -142,17 +142,17 @@ class NumpyMethods:
         return np.any(self, axis=axis, out=out, keepdims=keepdims, where=where)
 
     def dot(self, b, out=None):
-        _unset("dot", out=out)
+        unset("dot", out=out)
         return np.dot(self, b)
 
     def clip(self, min=None, max=None, out=None, **kw):
-        _unset("clip", out=out)
+        unset("clip", out=out)
         if kw:
             raise TypeError(f"clip() got unexpected keyword arguments {sorted(kw)}")
         return np.clip(self, min, max)
 
     def take(self, indices, axis=None, out=None, mode=None):
-        _unset("take", out=out, mode=mode)
+        unset("take", out=out, mode=mode)
         return np.take(self, indices, axis=axis)
 
     def conj(self):

@@ -28,7 +28,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.api import where as _where
-from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, _unset, checked, given, keep, obj,
+from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep, obj,
                                        truth, unset)
 from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
@@ -52,16 +52,12 @@ def _mask(a, where):
     return ArrayOps.expand(m, a.shape) if tuple(m.shape) != tuple(a.shape) else m
 
 
-def _given(x):
-    return x is not np._NoValue and x is not None
-
-
 def _reducer(torch_name):
     def fn(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
            where=np._NoValue, *, dim=None, keepdim=None):
         from gradjit.tracer.api import where as select
         name = f"np.{torch_name}"
-        _unset(name, out=out)
+        unset(name, out=out)
         if isinstance(dtype, (bool, np.bool_)):   # torch's x.sum(dim, keepdim)
             dtype, keepdim = None, bool(dtype)
         a = _dtype(name, a, dtype)
@@ -69,9 +65,9 @@ def _reducer(torch_name):
             a = _floating(a)
         axis = _axis(name, axis, dim)
         keep = _keep(name, keepdims, keepdim)
-        if _given(initial) and torch_name == "mean":
+        if given(initial) and torch_name == "mean":
             raise TypeError("mean() got an unexpected keyword argument 'initial'")
-        if _given(where):
+        if given(where):
             m = _mask(a, where)
             if torch_name == "mean":
                 return (np_sum(select(m, a, 0), axis, keepdims=keep)
@@ -84,7 +80,7 @@ def _reducer(torch_name):
             out = _prod(a, axis, keep)
         else:
             out = getattr(ArrayOps, torch_name)(a, axis, keep)
-        if _given(initial):
+        if given(initial):
             out = out + initial if torch_name == "sum" else out * initial
         return out
     fn.__name__ = f"np_{torch_name}"
@@ -118,9 +114,9 @@ def _extremum(kind):
         if dim is not None or isinstance(out, (bool, np.bool_)):   # torch's (values, indices)
             return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
                                            bool(out) if keepdim is None else keepdim)
-        _unset(name, out=out)
-        if _given(where):
-            if not _given(initial):
+        unset(name, out=out)
+        if given(where):
+            if not given(initial):
                 raise ValueError(f"reduction operation '{kind}imum' does not have an identity, "
                                  f"so to use a where mask one has to specify 'initial'")
             a = select(_mask(a, where), a, initial)
@@ -129,7 +125,7 @@ def _extremum(kind):
         else:
             res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis,
                                                 _keep(name, keepdims, keepdim))
-        if _given(initial):
+        if given(initial):
             res = getattr(ArrayOps, f"{kind}imum")(res, initial)
         return res
     fn.__name__ = f"np_{kind}"
@@ -147,14 +143,14 @@ def _moment(kind):
         if dim is not None or keepdim is not None or unbiased is not None:   # torch's form
             return getattr(ArrayOps, kind)(a, axis if dim is None else dim, unbiased,
                                            bool(keepdim), axis=None)
-        _unset(name, out=out)
+        unset(name, out=out)
         if correction is not np._NoValue:
             if ddof != 0:
                 raise ValueError("ddof and correction can't be provided simultaneously.")
             ddof = correction
         a = _floating(_dtype(name, a, dtype))
         keep = _keep(name, keepdims, keepdim)
-        if _given(where) or _given(mean) or _no_axes(axis):
+        if given(where) or given(mean) or _no_axes(axis):
             return _masked_moment(kind, a, axis, ddof, keep, where, mean)
         return _var_std(kind, a, axis, ddof, keep)
     fn.__name__ = f"np_{kind}"
@@ -164,11 +160,11 @@ def _moment(kind):
 def _masked_moment(kind, a, axis, ddof, keep, where, mean):
     """var / std with NumPy's ``where=``, a given ``mean=`` or ``axis=()``."""
     from gradjit.tracer.api import where as select
-    m = _mask(a, where) if _given(where) else None
+    m = _mask(a, where) if given(where) else None
     w = ArrayOps.to(m, a.dtype) if m is not None else None
     n = (np_sum(w, axis, keepdims=True) if w is not None else
          float(np.prod([a.shape[d] for d in _axes(axis, a.ndim)])))
-    if not _given(mean):
+    if not given(mean):
         mean = np_sum(a if w is None else w * a, axis, keepdims=True) / n
     d = a - mean
     sq = d * d if m is None else select(m, d * d, 0)
@@ -201,7 +197,7 @@ np_var, np_std = _moment("var"), _moment("std")
 def _scan(kind):
     def fn(a, axis=None, dtype=None, out=None, *, dim=None):
         name = f"np.{kind}"
-        _unset(name, out=out)
+        unset(name, out=out)
         a = _dtype(name, a, dtype)
         axis = _axis(name, axis, dim)
         if axis is None:
@@ -237,7 +233,7 @@ def np_squeeze(a, axis=None):
 
 
 def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    _unset("np.trace", out=out)
+    unset("np.trace", out=out)
     a = _dtype("np.trace", a, dtype)
     return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import gradjit as gj
-from tests.fd import numerical_grad
 from tests.runtime.cases import Case, distinct, normal
-from tests.runtime.test_ops_gradcheck import check_close, fd_grads, jit_grads, tensor_grads
+from tests.runtime.test_ops_gradcheck import (check_close, check_hvp, fd_grads, jit_grads,
+                                              tensor_grads)
 
 F = gj.nn.functional
 _IDX = np.array([[0, 1, 2, 0], [2, 0, 0, 1]])
@@ -80,20 +80,7 @@ def test_first_order(case, interpreted):
 
 @pytest.mark.parametrize("case", CASES2[::3], ids=IDS[::3])
 def test_second_order(case, interpreted):
-    arrays = case.arrays("second")
-    W = case.weights(arrays)
-
-    def loss(*a):
-        out = case.fn(*a)
-        return (out * out * W).sum()
-
-    rng = case.rng("v")
-    for i in case.diff:
-        v = rng.standard_normal(arrays[i].shape)
-        g_i = gj.grad(loss, argnums=i)
-        hv = gj.grad(lambda *a: (g_i(*a) * v).sum(), argnums=case.diff)(*arrays)
-        fd = [numerical_grad(lambda *a: g_i(*a) * v, arrays, j) for j in case.diff]
-        check_close(hv, fd, 1e-5, 1e-5, f"d/dx_j <grad_{i}, v>")
+    check_hvp(case)
 
 
 X = np.arange(12.0).reshape(3, 4)

@@ -425,6 +425,13 @@ def test_second_order_hvp_matches_finite_differences(case, interpreted):
 
     The loss is sum(f(x)**2 * W) so even for ops linear in x the Hessian is not zero
     and differentiating the backward graph exercises the op's formula again."""
+    check_hvp(case)
+
+
+def check_hvp(case):
+    """Hessian-vector products of ``sum(f(x)**2 * W)`` against finite differences of the
+    first gradient, for every pair of differentiable arguments (shared with other op
+    families' tests)."""
     arrays = case.arrays("second")
     W = case.weights(arrays)
 
