@@ -21,7 +21,7 @@ Contract
 - Names bound to those NumPy functions elsewhere (``from numpy import zeros``,
   ``z = np.zeros``) are swapped the same way in the globals of the traced function
   and of the user's functions it reaches (through its globals, modules, closure
-  and defaults; ``traced_numpy(graph, fn)``), each dict counted like the module and
+  and defaults: tracer/user_code.py; ``traced_numpy(graph, fn)``), each dict counted like the module and
   restored by the last trace using it (a name rebound meanwhile is left alone).
 - ``np.zeros`` / ``np.ones`` / ``np.empty`` / ``np.full`` called by the tracing
   thread make traced constants when their dtype is floating (buffers the
@@ -31,21 +31,15 @@ Contract
 from __future__ import annotations
 
 import contextlib
-import dis
-import functools
-import os
-import sys
-import sysconfig
 import threading
-import types
 
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
+from gradjit.tracer import user_code
 from gradjit.tracer.hooks import HOOKS
-from gradjit.tracer.rng_guard import captured
 from gradjit.tracer.methods_index import stack
-from gradjit.tracer.registry import _OURS, GradjitError
+from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import PENDING_STORE
 from gradjit.tracer.tracer_setitem import buffer
 
@@ -56,7 +50,6 @@ _STATE = {"depth": 0, "saved": {}, "by_id": {}, "globals": {}}
 _LOCAL = threading.local()   # this thread's graphs being traced (innermost last)
 _ORIGINAL_ARRAY = np.array
 _BUFFERS = ("zeros", "ones", "empty", "full")
-_BUFFER_NAMES = set(_BUFFERS)   # the names a call of a buffer function may use (+ aliases)
 _COERCE = ("array", "asarray", "asanyarray", "ascontiguousarray")
 # Functions whose first argument is a sequence of arrays: NumPy's dispatch already looks
 # inside it, and converting it would change the meaning.
@@ -176,85 +169,10 @@ def _first_arg(orig):
     return call
 
 
-def _library_dirs():
-    """gradjit's, NumPy's, SciPy's and Numba's folders: their own np.zeros calls make
-    arrays, never buffers (only the user's code fills buffers)."""
-    import importlib.util
-    dirs = list(_OURS)
-    for name in ("numpy", "scipy", "numba"):
-        spec = importlib.util.find_spec(name)
-        dirs.extend(spec.submodule_search_locations or []) if spec else None
-    return tuple(os.path.join(d, "") if not d.startswith("<") else d for d in dirs)
-
-
-_LIBRARY_DIRS = []
-_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
-
-
-_CALLS = {}   # (code, instruction offset) -> is it a direct call of np.zeros & co.?
-
-
-def _called_by_user():
-    """Did the user's own line call np.zeros & co.? Not a library's Python code (its
-    folder), and not C or Cython code (np.random.normal's np.empty: such calls make no
-    frame, so the frame found is the user's, at the call of the C function): the call at
-    the frame's current instruction must be of a name zeros, ones, empty or full."""
-    if not _LIBRARY_DIRS:
-        _LIBRARY_DIRS.append(_library_dirs())
-    f = sys._getframe(3)   # (this, the wrapper, Stand.__call__, the caller)
-    code = f.f_code
-    if code.co_filename.startswith(_LIBRARY_DIRS[0]):
-        return False
-    key = (code, f.f_lasti)
-    hit = _CALLS.get(key)
-    if hit is None:
-        hit = _CALLS[key] = _names_a_buffer(code, f.f_lasti)
-    return hit
-
-
-_CALL_OPS = {"CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW"}
-_SKIP_OPS = {"CACHE", "PRECALL", "KW_NAMES", "EXTENDED_ARG", "NOP"}
-_NAME_OPS = {"LOAD_METHOD", "LOAD_ATTR", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF",
-             "LOAD_CLASSDEREF", "LOAD_FAST_CHECK"}
-
-
-def _names_a_buffer(code, lasti):
-    """Is the call at bytecode offset ``lasti`` a call of a name in ``_BUFFERS``? Read from
-    the bytecode (no source needed): walking back from the call over its arguments' net
-    stack effect reaches the instruction that loaded the callee."""
-    try:
-        instrs = list(dis.get_instructions(code))
-        # the instruction at lasti, or (3.11+) the call whose inline caches lasti is in
-        i = max(k for k, ins in enumerate(instrs) if ins.offset <= lasti)
-    except (TypeError, ValueError):
-        return False
-    call = instrs[i]
-    if call.opname not in _CALL_OPS or call.arg is None:
-        return False
-    need = call.arg + (1 if call.opname in ("CALL_FUNCTION_KW", "CALL_KW") else 0)
-    j = i - 1
-    while j >= 0 and need > 0:
-        ins = instrs[j]
-        j -= 1
-        if ins.opname in _SKIP_OPS:
-            continue
-        if ins.opname.startswith(("JUMP", "POP_JUMP", "FOR_ITER", "RETURN", "SEND")):
-            return False   # control flow inside the arguments: not followed
-        try:
-            need -= dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT
-                                     else None, jump=False)
-        except ValueError:
-            return False
-    while j >= 0 and instrs[j].opname in _SKIP_OPS:
-        j -= 1
-    return (need == 0 and j >= 0 and instrs[j].opname in _NAME_OPS
-            and instrs[j].argval in _BUFFER_NAMES)
-
-
 def _buffer(orig):
     def make(*args, **kwargs):
         graphs = getattr(_LOCAL, "graphs", None)
-        if not graphs or not _called_by_user():   # not tracing, or not the user's own call
+        if not graphs or not user_code.called_by_user():   # not tracing, or not the user's own call
             return orig(*args, **kwargs)
         return buffer(graphs[-1], orig, args, kwargs)
     make.__wrapped__ = orig
@@ -277,69 +195,6 @@ def _wrappers():
     return out
 
 
-def _function_of(x):
-    """The Python function behind a callable (a transform's, a partial's, a method's)."""
-    for _ in range(8):
-        if isinstance(x, types.FunctionType):
-            return x
-        if isinstance(x, functools.partial):
-            x = x.func
-        elif isinstance(x, types.MethodType):
-            x = x.__func__
-        elif getattr(x, "__wrapped__", None) is not None:
-            x = x.__wrapped__
-        elif not isinstance(x, type) and isinstance(getattr(type(x), "__call__", None),
-                                                    types.FunctionType):
-            x = type(x).__call__
-        else:
-            return None
-    return None
-
-
-def _names_in(code):
-    names, stack = set(), [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return names
-
-
-def _foreign(filename):
-    """A file of gradjit, NumPy, SciPy, Numba, the standard library or an installed
-    package: not the user's code, whose globals are left as they are."""
-    if not _LIBRARY_DIRS:
-        _LIBRARY_DIRS.append(_library_dirs())
-    return (filename.startswith(_LIBRARY_DIRS[0] + ("<frozen", _STDLIB))
-            or f"{os.sep}site-packages{os.sep}" in filename
-            or f"{os.sep}dist-packages{os.sep}" in filename)
-
-
-def _user_globals(fn, limit=256):
-    """The globals dicts of ``fn`` and of the user's functions it reaches by name (its
-    globals, attributes of the user's modules it names, closure cells, defaults)."""
-    out, seen, todo = {}, set(), [fn]
-    while todo and len(seen) < limit:
-        f = _function_of(todo.pop())
-        if f is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        if _foreign(f.__code__.co_filename):
-            continue
-        glb = f.__globals__
-        out[id(glb)] = glb
-        names = _names_in(f.__code__)
-        for n in names:
-            v = glb.get(n)
-            if isinstance(v, types.ModuleType):   # mod.helper(...): the user's modules only
-                if not _foreign(getattr(v, "__file__", None) or "<frozen"):
-                    todo.extend(v.__dict__[m] for m in names if m in v.__dict__)
-            elif v is not None:
-                todo.append(v)
-        todo.extend(captured(f))
-    return list(out.values())
-
-
 def _patch_globals(glb):
     """Swap the wrapped NumPy functions bound in ``glb`` (``from numpy import zeros``) for
     their wrappers, or count one more trace using the swap already made (under _LOCK)."""
@@ -353,9 +208,9 @@ def _patch_globals(glb):
         if hit is not None and hit[0] is val:
             glb[name] = hit[1]
             swapped[name] = hit
-            if getattr(val, "__name__", None) in _BUFFERS and name not in _BUFFER_NAMES:   # z = np.zeros
-                _BUFFER_NAMES.add(name)
-                _CALLS.clear()
+            if getattr(val, "__name__", None) in _BUFFERS and name not in user_code.BUFFER_NAMES:   # z = np.zeros
+                user_code.BUFFER_NAMES.add(name)
+                user_code.CALLS.clear()
     _STATE["globals"][id(glb)] = [glb, 1, swapped]
 
 
@@ -376,7 +231,7 @@ def traced_numpy(graph, fn=None):
     stack = _LOCAL.__dict__.setdefault("graphs", [])
     stack.append(graph)
     PENDING_STORE.error = None
-    dicts = _user_globals(fn) if fn is not None else []
+    dicts = user_code.user_globals(fn) if fn is not None else []
     with _LOCK:
         if _STATE["depth"] == 0:
             wrappers = _wrappers()
