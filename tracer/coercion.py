@@ -37,7 +37,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer import user_code
-from gradjit.tracer.hooks import HOOKS
+from gradjit.tracer.hooks import Stand
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import PENDING_STORE
@@ -107,26 +107,6 @@ def _build(x, ref, dt):
     if isinstance(x, ArrayOps):
         return x if x.dtype == dt else x.astype(dt)
     return ref._const(np.asarray(x, dtype=dt))
-
-
-class Stand:
-    """NumPy's function ``orig`` while a trace runs: calls go to ``call``; to Numba it is
-    ``orig`` (``_numba_type_``), so a compile in another thread meanwhile is unaffected."""
-
-    def __init__(self, call, orig):
-        self._call, self.__wrapped__ = call, orig
-        self.__name__ = getattr(orig, "__name__", type(orig).__name__)
-        self.__doc__ = getattr(orig, "__doc__", None)
-
-    def __call__(self, *args, **kwargs):
-        return self._call(*args, **kwargs)
-
-    @property
-    def _numba_type_(self):   # (read by Numba's typeof when it types np.<name>)
-        return HOOKS.numba_type(self.__wrapped__)
-
-    def __repr__(self):
-        return f"<gradjit's stand-in for {self.__wrapped__!r} while tracing>"
 
 
 def _coercer(orig):

@@ -11,6 +11,9 @@ Contract
     None (runtime/numba_patches.py; tracer/coercion.py's stand-ins report it to Numba);
   - ``install(eager={op name: fn})``: eager implementations of registered ops
     (``OpDef.eager``; runtime/eager_blas.py: products on the compiled code's BLAS).
+- ``Stand(call, fn)``: a NumPy function's stand-in while a trace runs (tracer/coercion.py,
+  tracer/rng_guard.py): calls go to ``call``; Numba, compiling meanwhile in another thread,
+  types it as ``fn`` itself (``_numba_type_``, from ``HOOKS.numba_type``).
 - ``gradjit/__init__.py`` calls ``install`` once. Before that (the tracer imported on its
   own) a hook raises a ``GradjitError`` saying what is missing, never ``None`` errors.
 """
@@ -54,3 +57,23 @@ def install(*, backward, cuda, numba_type, eager=()):
     HOOKS.backward, HOOKS.cuda, HOOKS.numba_type = backward, cuda, numba_type
     for name, fn in dict(eager).items():
         get_op(name).eager = fn
+
+
+class Stand:
+    """NumPy's function ``orig`` while a trace runs: calls go to ``call``; to Numba it is
+    ``orig`` (``_numba_type_``), so a compile in another thread meanwhile is unaffected."""
+
+    def __init__(self, call, orig):
+        self._call, self.__wrapped__ = call, orig
+        self.__name__ = getattr(orig, "__name__", type(orig).__name__)
+        self.__doc__ = getattr(orig, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    @property
+    def _numba_type_(self):   # (read by Numba's typeof when it types np.<name>)
+        return HOOKS.numba_type(self.__wrapped__)
+
+    def __repr__(self):
+        return f"<gradjit's stand-in for {self.__wrapped__!r} while tracing>"

@@ -92,7 +92,8 @@ def test_numba_types_numpys_functions_while_a_trace_runs():
     must still type them as NumPy's own: it failed, and the structure stayed interpreted."""
     import numba
 
-    from gradjit.tracer.coercion import Stand, traced_numpy
+    from gradjit.tracer.coercion import traced_numpy
+    from gradjit.tracer.hooks import Stand
     from gradjit.tracer.ir import Graph
 
     x = np.random.default_rng(3).standard_normal((3, 5))
