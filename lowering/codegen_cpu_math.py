@@ -5,7 +5,7 @@ Contract
   elementwise node of ``tracer/ops_math.py`` given its input expressions
   ``a`` (register names or array reads; they may appear more than once), or
   ``None`` when the op is not in this family. ``codegen_cpu_expr._expr`` asks here
-  first, so every op keeps joining the surrounding fused loop.
+  after its own operators, so every op keeps joining the surrounding fused loop.
 - Scalar attributes (bounds, eps, decimals' scale) are ``consts`` slots
   (``e.const``), never literals; small structural numbers of an op's
   definition (0, 1, 0.5, 2) are literals of the output dtype, as in ``_expr``.

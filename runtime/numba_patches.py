@@ -24,6 +24,12 @@ Contract
   call overhead differ. Code compiled either way is read back correctly by the other from
   the disk cache.
 - ``STATS["blocks"]``: compiles made with the swaps in (tests read it).
+- ``load_registries()``, once per process, before the first trace swaps NumPy's names for
+  stand-ins: Numba's typing and lowering registries are loaded (its modules that implement
+  NumPy's functions imported), about 0.1 s. Those modules read ``np.<name>`` when they are
+  imported; one imported by a compile in another thread while a trace ran registered the
+  stand-in, and that NumPy function was "unsupported" in every later compile of the
+  process (``np.tril``, ``np.random.normal`` ...).
 - ``numpy_function_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``
   (None where it has none). While a trace runs, ``np.<name>`` is gradjit's stand-in
   (tracer/coercion.py); this is what the stand-in tells Numba it is, so a compile in
@@ -93,3 +99,19 @@ def numpy_function_type(fn):
         return cpu_target.typing_context._lookup_global(fn)
     except Exception:   # noqa: BLE001 - another Numba layout: the compile fails as before
         return None
+
+
+_READY = [False]
+
+
+def load_registries():
+    """Load Numba's CPU registries now, once (see the contract)."""
+    if _READY[0]:
+        return
+    with global_compiler_lock:   # (a compile loading them meanwhile finishes first)
+        if not _READY[0]:
+            blas_probe.prepare()   # (arraymath without scipy.linalg)
+            from numba.core.registry import cpu_target
+            cpu_target.typing_context.refresh()
+            cpu_target.target_context.refresh()
+            _READY[0] = True

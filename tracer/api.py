@@ -399,7 +399,7 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, ScatterMethods, LinalgM
 def _unary_method(op, name):
     def method(self):   # one operand: its own front end, without apply's search
         return self._apply(op, [self], {})
-    method.__name__ = method.__qualname__ = name
+    method.__name__, method.__qualname__ = name, f"ArrayOps.{name}"
     return method
 
 

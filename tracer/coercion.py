@@ -37,7 +37,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer import user_code
-from gradjit.tracer.hooks import Stand
+from gradjit.tracer.hooks import HOOKS, Stand
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.trace import PENDING_STORE
@@ -212,6 +212,7 @@ def traced_numpy(graph, fn=None):
     stack.append(graph)
     PENDING_STORE.error = None
     dicts = user_code.user_globals(fn) if fn is not None else []
+    HOOKS.numba_ready()   # (before the first swap: see runtime/numba_patches.py)
     with _LOCK:
         if _STATE["depth"] == 0:
             wrappers = _wrappers()

@@ -7,17 +7,21 @@ Contract
     ``Tensor.backward``'s engine (runtime/autograd.py's ``tensor_backward``);
   - ``HOOKS.cuda``: device arrays (runtime/cuda.py: ``require``, ``to_device``,
     ``to_host``, ``run_op`` ...);
+  - ``HOOKS.numba_ready()``: Numba's registries loaded, before the first trace puts
+    stand-ins into NumPy's namespace (runtime/numba_patches.py ``load_registries``);
   - ``HOOKS.numba_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``, or
     None (runtime/numba_patches.py; tracer/coercion.py's stand-ins report it to Numba);
   - ``install(eager={op name: fn})``: eager implementations of registered ops
     (``OpDef.eager``; runtime/eager_blas.py: products on the compiled code's BLAS).
-- ``Stand(call, fn)``: a NumPy function's stand-in while a trace runs (tracer/coercion.py,
-  tracer/rng_guard.py): calls go to ``call``; Numba, compiling meanwhile in another thread,
+- ``Stand(call, fn)``: a NumPy function's stand-in while a trace runs (tracer/coercion.py):
+  calls go to ``call``; Numba, compiling meanwhile in another thread,
   types it as ``fn`` itself (``_numba_type_``, from ``HOOKS.numba_type``).
 - ``gradjit/__init__.py`` calls ``install`` once. Before that (the tracer imported on its
   own) a hook raises a ``GradjitError`` saying what is missing, never ``None`` errors.
 """
 from __future__ import annotations
+
+import functools
 
 from gradjit.tracer.registry import GradjitError, get_op
 
@@ -46,15 +50,17 @@ class _Hooks:
     backward = _Missing("backward")
     cuda = _Missing("cuda")
     numba_type = staticmethod(lambda fn: None)   # (no runtime: nothing compiles)
+    numba_ready = staticmethod(lambda: None)
 
 
 HOOKS = _Hooks()
 
 
-def install(*, backward, cuda, numba_type, eager=()):
+def install(*, backward, cuda, numba_type, numba_ready, eager=()):
     """Plug the runtime in: the tensor backward, the CUDA module, Numba's types of NumPy's
-    functions, eager op kernels."""
-    HOOKS.backward, HOOKS.cuda, HOOKS.numba_type = backward, cuda, numba_type
+    functions and its registries, eager op kernels."""
+    HOOKS.backward, HOOKS.cuda = backward, cuda
+    HOOKS.numba_type, HOOKS.numba_ready = numba_type, numba_ready
     for name, fn in dict(eager).items():
         get_op(name).eager = fn
 
@@ -64,9 +70,10 @@ class Stand:
     ``orig`` (``_numba_type_``), so a compile in another thread meanwhile is unaffected."""
 
     def __init__(self, call, orig):
-        self._call, self.__wrapped__ = call, orig
-        self.__name__ = getattr(orig, "__name__", type(orig).__name__)
-        self.__doc__ = getattr(orig, "__doc__", None)
+        self._call = call
+        # NumPy's own __name__, __qualname__, __module__, __doc__ and __wrapped__: code that
+        # reads them meanwhile (numpy.ma's import reads np.angle.__qualname__) sees NumPy's
+        functools.update_wrapper(self, orig, updated=())
 
     def __call__(self, *args, **kwargs):
         return self._call(*args, **kwargs)

@@ -2,8 +2,10 @@
 
 Contract
 - ``MathMethods`` gives ``Tensor`` and ``Tracer`` the torch-named methods of
-  the ops in ``tracer/ops_math.py`` (plus NumPy spellings such as ``arcsin``
-  and ``clip``). Each normalises its arguments and calls ``apply``.
+  the ops in ``tracer/ops_math.py`` that take more than the array (``round``,
+  ``clamp``, ``logit`` ...) and the composites (``clip``, ``square`` ...). Each
+  normalises its arguments and calls ``apply``. The one-array methods (``x.sinh()``,
+  ``x.arcsinh()``) come from the op records (tracer/api.py).
 - Binary methods accept a tensor, a NumPy array or a Python scalar on either
   side (``dispatch.operands``: a scalar is weak, it takes the tensor's dtype).
 - Composites (stated here, differentiated through their parts): ``square`` is
@@ -19,13 +21,6 @@ import math
 import numpy as np
 
 from gradjit.tracer.dispatch import _py, apply, is_scalar, operands
-
-
-def _unary(name):
-    def method(self):
-        return apply(f"{name}.default", [self], {})
-    method.__name__ = name
-    return method
 
 
 def binop(op, a, b):

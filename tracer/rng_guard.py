@@ -12,22 +12,20 @@ Contract
     static arguments: ``fingerprints_of``) are compared before and after.
 - The fix the message gives: draw outside the transform and pass the numbers as
   an argument (a new draw per call), or make the function deterministic.
-- Other threads: a generator's state cannot say which thread drew. So while any trace
-  runs, NumPy's global-stream functions (``np.random.normal`` ...) are stand-ins that
-  count draws per thread (``hooks.Stand``: Numba compiling meanwhile still types them as
-  NumPy's); a change of the global stream that only other threads' counted draws explain
-  is theirs, not the trace's (a data-loading thread drawing meanwhile made the first
-  gradient raise). Otherwise it raises, naming both possibilities when other threads run.
+- A generator's state cannot say which thread drew: another thread drawing from the same
+  generator during the trace (a data-loading thread on np.random's global stream) raises
+  too, and then the message says so and how to avoid it (a generator per thread). Telling
+  the threads apart would take stand-ins for np.random's functions in every thread, which
+  miss draws made other ways (``scipy.stats``, ``from numpy.random import normal``): a
+  frozen draw let through is worse than a refusal.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import threading
 
 import numpy as np
 
-from gradjit.tracer.hooks import Stand
 from gradjit.tracer.registry import GradjitError, user_site
 
 _LOCAL = threading.local()
@@ -107,70 +105,22 @@ def captured(fn):
     return out + list(fn.__defaults__ or ())
 
 
-_SWAP_LOCK = threading.Lock()
-_SWAP = {"traces": 0, "saved": {}}   # traces running (any thread); np.random's own functions
-_DRAWS = collections.Counter()   # thread ident -> draws through np.random.* while traces run
-
-
-def _counted(fn):
-    def draw(*args, **kwargs):
-        _DRAWS[threading.get_ident()] += 1   # (each thread writes its own key)
-        return fn(*args, **kwargs)
-    return draw
-
-
-def _global_stream_functions():
-    rand = np.random.mtrand._rand
-    return {n: f for n in dir(np.random) if (f := getattr(np.random, n, None)) is not None
-            and (getattr(f, "__self__", None) is rand or n == "seed")}
-
-
-def _start_counting():
-    with _SWAP_LOCK:
-        if _SWAP["traces"] == 0:
-            _SWAP["saved"] = _global_stream_functions()
-            for n, f in _SWAP["saved"].items():
-                setattr(np.random, n, Stand(_counted(f), f))
-        _SWAP["traces"] += 1
-        return dict(_DRAWS)
-
-
-def _stop_counting(start):
-    """The threads that drew through np.random.* since ``start``, and how often."""
-    with _SWAP_LOCK:
-        _SWAP["traces"] -= 1
-        if _SWAP["traces"] == 0:
-            for n, f in _SWAP["saved"].items():
-                setattr(np.random, n, f)
-            _SWAP["saved"] = {}
-        return {k: v - start.get(k, 0) for k, v in _DRAWS.items() if v != start.get(k, 0)}
-
-
 @contextlib.contextmanager
 def rng_guard(name, watch=()):
     from gradjit.tracer import creation   # (imports this module)
     gens = _generators([np.random.mtrand._rand, creation.default_generator, *watch])
-    start = _start_counting()   # (counting spans both state readings: see the contract)
     before = [_state(g) for g in gens]
     outer = getattr(_LOCAL, "name", None)
     _LOCAL.depth, _LOCAL.name = getattr(_LOCAL, "depth", 0) + 1, outer or name
     try:
         yield
-        after = [_state(g) for g in gens]
     finally:
         _LOCAL.depth -= 1
         _LOCAL.name = outer
-        drawn = _stop_counting(start)
-    me = threading.get_ident()
-    for g, b, a in zip(gens, before, after):
-        if a != b:
-            if (g is np.random.mtrand._rand and not drawn.get(me)
-                    and any(k != me for k in drawn)):
-                continue   # other threads' draws (see the contract)
+    for g, b in zip(gens, before):
+        if _state(g) != b:
             what = ("np.random's global generator (np.random.*)" if g is np.random.mtrand._rand
                     else f"a random generator ({type(g).__name__})")
-            # (a generator's state cannot say which thread drew: another thread of this
-            #  process drawing from the same generator meanwhile looks the same)
             other = (" (or another thread of this process drew from it meanwhile: give the "
                      "threads their own np.random.default_rng())"
                      if threading.active_count() > 1 else "")

@@ -115,3 +115,15 @@ def test_numba_types_numpys_functions_while_a_trace_runs():
     np.testing.assert_allclose(got, gj.grad(_sorts_and_copies)(x[:, :4].copy()))
     np.testing.assert_allclose(want, gj.grad(_sorts_and_copies)(x))
     assert not isinstance(np.copy, Stand)
+
+
+def test_a_first_compile_and_imports_during_a_trace_leave_numpy_as_numba_knows_it(tmp_path):
+    """A process whose first Numba compile (Numba imports its NumPy implementations then)
+    and first import of numpy.ma and SciPy happen while a trace runs: every NumPy function
+    still compiles afterwards, and the imports see NumPy's names."""
+    env = dict(os.environ, GRADJIT_CACHE_DIR=str(tmp_path / "cache"), GRADJIT_TIERING="sync")
+    env.pop("GRADJIT_TEST_CACHE_MADE", None)
+    run = subprocess.run([sys.executable, os.path.join(HERE, "numba_in_trace_child.py")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["True", "True"]
