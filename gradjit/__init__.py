@@ -40,7 +40,7 @@ from gradjit.tracer import hooks as _hooks
 # tracer/ cannot import runtime/: the runtime plugs itself in, here only (tracer/hooks.py)
 _hooks.install(backward=_engine.tensor_backward, cuda=_cuda,
                numba_type=_numba_patches.numpy_function_type,
-               numba_ready=_numba_patches.load_registries,
+               numba_guard=_numba_patches.registries_guard,
                eager={"mm.default": _eager_blas.eager_mm})
 
 # torch-style functions (gj.add, gj.atan2, gj.logsumexp, gj.einsum ...) where gradjit has no

@@ -208,11 +208,16 @@ def _unpatch_globals(glb):
 
 @contextlib.contextmanager
 def traced_numpy(graph, fn=None):
+    # (Numba's registries must not load while stand-ins are in place: runtime/numba_patches.py)
+    with HOOKS.numba_guard():
+        yield from _traced_numpy(graph, fn)
+
+
+def _traced_numpy(graph, fn):
     stack = _LOCAL.__dict__.setdefault("graphs", [])
     stack.append(graph)
     PENDING_STORE.error = None
     dicts = user_code.user_globals(fn) if fn is not None else []
-    HOOKS.numba_ready()   # (before the first swap: see runtime/numba_patches.py)
     with _LOCK:
         if _STATE["depth"] == 0:
             wrappers = _wrappers()
