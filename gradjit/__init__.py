@@ -34,13 +34,14 @@ from gradjit.tracer.torch_functions import FUNCTIONS as _FUNCTIONS
 from gradjit.runtime import autograd as _engine
 from gradjit.runtime import cuda as _cuda
 from gradjit.runtime import eager_blas as _eager_blas
+from gradjit.runtime import blas_probe as _blas_probe
 from gradjit.runtime import numba_patches as _numba_patches
 from gradjit.tracer import hooks as _hooks
 
 # tracer/ cannot import runtime/: the runtime plugs itself in, here only (tracer/hooks.py)
 _hooks.install(backward=_engine.tensor_backward, cuda=_cuda,
                numba_type=_numba_patches.numpy_function_type,
-               numba_guard=_numba_patches.registries_guard,
+               numba_ready=_blas_probe.prepare,
                eager={"mm.default": _eager_blas.eager_mm})
 
 # torch-style functions (gj.add, gj.atan2, gj.logsumexp, gj.einsum ...) where gradjit has no

@@ -1,7 +1,8 @@
 """Numba's one-time BLAS probe without importing ``scipy.linalg``.
 
 Contract
-- ``prepare()``: call before gradjit asks Numba to compile. The first time, if
+- ``prepare()``: call before gradjit asks Numba to compile, and before a trace puts
+  stand-ins into NumPy's namespace (``HOOKS.numba_ready``, tracer/coercion.py). The first time, if
   Numba's ``numba.np.arraymath`` is not imported yet, it is imported here with a
   BLAS probe that checks SciPy's ``cython_blas`` extension is on disk (and Numba's
   LAPACK integer-width guard) instead of importing ``scipy.linalg``. Everything else

@@ -24,17 +24,6 @@ Contract
   call overhead differ. Code compiled either way is read back correctly by the other from
   the disk cache.
 - ``STATS["blocks"]``: compiles made with the swaps in (tests read it).
-- ``registries_guard()``: every trace runs inside it (``HOOKS.numba_guard``). Numba's
-  modules that implement NumPy's functions read ``np.<name>`` when they are first imported,
-  which happens when Numba loads its registries (its first compile in the process); one
-  imported while a trace had stand-ins in place registered the stand-in, and that NumPy
-  function was "unsupported" in every later compile of the process (``np.tril`` ...).
-  So the first trace of a process imports them first. The modules that name the NumPy
-  functions gradjit swaps are ``numba.np.arrayobj``, ``numba.np.linalg`` (imported with
-  Numba's ``njit`` helpers, at ``import gradjit``) and ``numba.np.arraymath`` (imported
-  here: ``blas_probe.prepare``, a few ms); the rest of Numba's registries (np.random,
-  datetime, polynomials) name none of them. tests/runtime/test_numba_patches.py checks a
-  first compile inside a trace.
 - ``numpy_function_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``
   (None where it has none). While a trace runs, ``np.<name>`` is gradjit's stand-in
   (tracer/coercion.py); this is what the stand-in tells Numba it is, so a compile in
@@ -104,17 +93,3 @@ def numpy_function_type(fn):
         return cpu_target.typing_context._lookup_global(fn)
     except Exception:   # noqa: BLE001 - another Numba layout: the compile fails as before
         return None
-
-
-_READY = [False]
-
-
-@contextlib.contextmanager
-def registries_guard():
-    """The context of a trace: Numba's implementations of NumPy's functions imported first
-    (see the contract)."""
-    if not _READY[0]:
-        with global_compiler_lock:   # (a compile importing them meanwhile finishes first)
-            blas_probe.prepare()   # (numba.np.arraymath, without scipy.linalg)
-            _READY[0] = True
-    yield

@@ -18,6 +18,14 @@ Contract
   looks up ``np.<name>``: each wrapper is a ``Stand`` whose ``_numba_type_`` (Numba's
   typeof protocol) is the Numba type of NumPy's own function, from the runtime
   (``HOOKS.numba_type``, tracer/hooks.py), so such compiles type it as NumPy's.
+- Numba's modules that implement NumPy's functions read ``np.<name>`` once, when first
+  imported (at Numba's first compile of the process); one imported while the stand-ins
+  were in place registered a stand-in, and that function (``np.tril`` ...) was
+  "unsupported" in every later compile of the process. So before any swap,
+  ``HOOKS.numba_ready()`` imports them (runtime/blas_probe.py ``prepare``: a few ms, once;
+  ``numba.np.arrayobj`` and ``numba.np.linalg``, the others naming swapped functions, are
+  imported with gradjit's own helpers). tests/runtime/test_numba_patches.py checks a
+  process whose first compile happens inside a trace.
 - Names bound to those NumPy functions elsewhere (``from numpy import zeros``,
   ``z = np.zeros``) are swapped the same way in the globals of the traced function
   and of the user's functions it reaches (through its globals, modules, closure
@@ -208,16 +216,11 @@ def _unpatch_globals(glb):
 
 @contextlib.contextmanager
 def traced_numpy(graph, fn=None):
-    # (Numba's registries must not load while stand-ins are in place: runtime/numba_patches.py)
-    with HOOKS.numba_guard():
-        yield from _traced_numpy(graph, fn)
-
-
-def _traced_numpy(graph, fn):
     stack = _LOCAL.__dict__.setdefault("graphs", [])
     stack.append(graph)
     PENDING_STORE.error = None
     dicts = user_code.user_globals(fn) if fn is not None else []
+    HOOKS.numba_ready()   # (before any swap: see the contract)
     with _LOCK:
         if _STATE["depth"] == 0:
             wrappers = _wrappers()

@@ -7,8 +7,8 @@ Contract
     ``Tensor.backward``'s engine (runtime/autograd.py's ``tensor_backward``);
   - ``HOOKS.cuda``: device arrays (runtime/cuda.py: ``require``, ``to_device``,
     ``to_host``, ``run_op`` ...);
-  - ``HOOKS.numba_guard()``: the context every trace runs in, so that Numba never loads
-    its registries while stand-ins are in NumPy's namespace (runtime/numba_patches.py);
+  - ``HOOKS.numba_ready()``: Numba's implementations of NumPy's functions imported, before
+    a trace puts stand-ins into NumPy's namespace (runtime/blas_probe.py ``prepare``);
   - ``HOOKS.numba_type(fn)``: the type Numba's CPU target gives NumPy's function ``fn``, or
     None (runtime/numba_patches.py; tracer/coercion.py's stand-ins report it to Numba);
   - ``install(eager={op name: fn})``: eager implementations of registered ops
@@ -21,7 +21,6 @@ Contract
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 from gradjit.tracer.registry import GradjitError, get_op
@@ -51,17 +50,17 @@ class _Hooks:
     backward = _Missing("backward")
     cuda = _Missing("cuda")
     numba_type = staticmethod(lambda fn: None)   # (no runtime: nothing compiles)
-    numba_guard = staticmethod(contextlib.nullcontext)
+    numba_ready = staticmethod(lambda: None)
 
 
 HOOKS = _Hooks()
 
 
-def install(*, backward, cuda, numba_type, numba_guard, eager=()):
+def install(*, backward, cuda, numba_type, numba_ready, eager=()):
     """Plug the runtime in: the tensor backward, the CUDA module, Numba's types of NumPy's
     functions and its registries, eager op kernels."""
     HOOKS.backward, HOOKS.cuda = backward, cuda
-    HOOKS.numba_type, HOOKS.numba_guard = numba_type, numba_guard
+    HOOKS.numba_type, HOOKS.numba_ready = numba_type, numba_ready
     for name, fn in dict(eager).items():
         get_op(name).eager = fn
 
