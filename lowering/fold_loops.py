@@ -23,6 +23,8 @@ Contract
   it is, so folding never changes what is computed, only its shape.
 - Only the forward graph is folded (before the adjoint), so reverse mode is the scan's
   reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off.
+- Then concatenations that rebuild one value from its slices (the program stacking the
+  per-step values of a loop) become that value (lowering/restack.py), folded or not.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import os
 
 import numpy as np
 
+from gradjit.lowering.restack import restack
 from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.api import apply
@@ -59,8 +62,17 @@ class _Reject(Exception):
 
 def fold_loops(graph, roots=()):
     moved = {}
-    if len(graph.nodes) < MIN_NODES or os.environ.get("GRADJIT_FOLD_LOOPS", "1") == "0":
-        return moved
+    if len(graph.nodes) >= MIN_NODES and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
+        moved = _fold_runs(graph, roots)
+    # the per-step values a folded loop stacked, when the program stacks them again
+    more = restack(graph, [moved.get(r, r) for r in roots])
+    moved = {k: more.get(v, v) for k, v in moved.items()}
+    moved.update({k: v for k, v in more.items() if k not in moved})
+    return moved
+
+
+def _fold_runs(graph, roots):
+    moved = {}
     sigs = {}
     ids = [sigs.setdefault(_sig(n), len(sigs)) for n in graph.nodes]
     nxt = _next_same(ids)

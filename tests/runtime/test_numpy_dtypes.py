@@ -47,13 +47,15 @@ _FLOAT_UFUNCS = [np.exp, np.log, np.sqrt, np.sin, np.tanh, np.log1p, np.arctan, 
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int8, np.bool_, np.int16, np.uint16, np.int32])
-@pytest.mark.parametrize("uf", _FLOAT_UFUNCS, ids=lambda u: u.__name__)
-def test_float_ufuncs_of_narrow_integers(uf, dt, executor):
+def test_float_ufuncs_of_narrow_integers(dt, executor):
     x = _X.astype(dt)
     with np.errstate(all="ignore"):
-        want = uf(x)
-        _same(gj.jit(lambda a: uf(a))(x), want)
-        _same(uf(gj.tensor(x)), want)
+        # every ufunc in one traced function: one compile per dtype, not one per ufunc
+        gots = gj.jit(lambda a: tuple(uf(a) for uf in _FLOAT_UFUNCS))(x)
+        for uf, got in zip(_FLOAT_UFUNCS, gots, strict=True):
+            want = uf(x)
+            _same(got, want)
+            _same(uf(gj.tensor(x)), want)
 
 
 @pytest.mark.parametrize("dt", [np.int64, np.int32, np.int8, np.uint8, np.uint16, np.bool_])
@@ -83,11 +85,13 @@ def test_square_of_bool_and_binary_ufuncs_of_narrow_integers(executor):
 @pytest.mark.parametrize("dt", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.bool_])
 def test_sum_prod_cumsum_accumulators(dt, executor):
     x = _X.astype(dt)
-    for f in (np.sum, lambda a: np.sum(a, axis=1), lambda a: np.prod(a, axis=0), np.prod,
-              np.cumsum, lambda a: np.cumprod(a, axis=1), lambda a: np.sum(a, axis=()),
-              lambda a: np.add.reduce(a), lambda a: a.sum(0)):
+    fs = (np.sum, lambda a: np.sum(a, axis=1), lambda a: np.prod(a, axis=0), np.prod,
+          np.cumsum, lambda a: np.cumprod(a, axis=1), lambda a: np.sum(a, axis=()),
+          lambda a: np.add.reduce(a), lambda a: a.sum(0))
+    gots = gj.jit(lambda a: tuple(f(a) for f in fs))(x)   # (one compile per dtype)
+    for f, got in zip(fs, gots, strict=True):
         want = f(x)
-        _same(gj.jit(f)(x), want)
+        _same(got, want)
         _same(f(gj.tensor(x)), want)
 
 
@@ -243,8 +247,8 @@ def test_narrow_integers_wrap_at_every_step(dt, executor):
     ``(x << 7) > 0`` of int8 is False everywhere in NumPy."""
     x = np.array([1, -3, 64, -128, 127, 100]).astype(dt)
     c = np.array([7, 1, 2, 9, 3, 5]).astype(dt)
-    for op in _NARROW:
+    gots = gj.jit(lambda x, c: tuple(op(x, c) for op in _NARROW))(x, c)   # (one compile)
+    for op, got in zip(_NARROW, gots, strict=True):
         with np.errstate(all="ignore"):
             want = op(x, c)
-        got = gj.jit(op)(x, c)
         assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
