@@ -23,6 +23,7 @@ from gradjit.tracer.methods_scatter import ScatterMethods
 from gradjit.tracer.methods_linalg import LinalgMethods
 from gradjit.tracer.methods_math import MathMethods
 from gradjit.tracer.methods_reduce import ReduceMethods
+from gradjit.tracer.methods_shape import ShapeMethods
 from gradjit.tracer import ops, ops_math  # noqa: F401  (the records the front ends come from)
 from gradjit.tracer.registry import OPS, GradjitError, ShapeError, real_only, user_site
 
@@ -171,7 +172,8 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
-class ArrayOps(MathMethods, ReduceMethods, IndexMethods, ScatterMethods, LinalgMethods, CreationMethods):
+class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMethods,
+               LinalgMethods, CreationMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()
@@ -299,83 +301,6 @@ class ArrayOps(MathMethods, ReduceMethods, IndexMethods, ScatterMethods, LinalgM
     def mm(self, other): return apply("mm.default", [self, other], {})
     def bmm(self, other): return apply("bmm.default", [self, other], {})
     matmul = __matmul__   # (the module's matmul, which coerces ``other``)
-
-    # -- shape ----------------------------------------------------------------------
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        shape = tuple(int(s) for s in shape)
-        if shape.count(-1) == 1:
-            known = int(np.prod([s for s in shape if s != -1]))
-            if known == 0:   # 0 * anything: the -1 could be any size
-                raise ShapeError(f"reshape: cannot reshape tensor of 0 elements into shape "
-                                 f"{list(shape)} because the unspecified dimension size -1 can "
-                                 f"be any value and is ambiguous", user_site())
-            shape = tuple(self.numel() // max(known, 1) if s == -1 else s for s in shape)
-        if shape == self.shape:
-            return self
-        return apply("view.default", [self], {"size": shape})
-
-    view = reshape
-
-    def reshape_as(self, other): return self.reshape(other.shape)
-    view_as = reshape_as
-
-    def flatten(self): return self.reshape(-1)
-
-    def permute(self, *dims):
-        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        dims = tuple(norm_dim(int(d), self.ndim, "permute") for d in dims)
-        if sorted(dims) != list(range(self.ndim)):
-            raise ValueError(f"permute: dims {dims} is not a permutation of the {self.ndim} dims "
-                             f"of a tensor of shape {self.shape}")
-        if dims == tuple(range(self.ndim)):
-            return self
-        return apply("permute.default", [self], {"dims": dims})
-
-    def transpose(self, dim0, dim1):
-        d0, d1 = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
-        if d0 == d1:
-            return self
-        return apply("transpose.int", [self], {"dim0": min(d0, d1), "dim1": max(d0, d1)})
-
-    swapaxes = transpose
-
-    def t(self):
-        if self.ndim > 2:
-            raise ValueError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-        return self if self.ndim < 2 else apply("t.default", [self], {})
-
-    @property
-    def T(self):
-        return self.t() if self.ndim <= 2 else self.permute(tuple(range(self.ndim))[::-1])
-
-    @property
-    def mT(self):
-        return self.swapaxes(-2, -1)
-
-    def expand(self, *size):
-        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-        lead = len(size) - self.ndim
-        size = tuple(self.shape[i - lead] if s == -1 and i >= lead else int(s)
-                     for i, s in enumerate(size))
-        if size == self.shape:
-            return self
-        return apply("expand.default", [self], {"size": size, "implicit": False})
-
-    broadcast_to = expand
-
-    def expand_as(self, other): return self.expand(other.shape)
-
-    def squeeze(self, dim=None):
-        if dim is None:
-            return self if 1 not in self.shape else apply("squeeze.default", [self], {})
-        d = norm_dim(dim, self.ndim, "squeeze")
-        if not self.ndim or self.shape[d] != 1:
-            return self
-        return apply("squeeze.dim", [self], {"dim": d})
-
-    def unsqueeze(self, dim):
-        return apply("unsqueeze.default", [self], {"dim": norm_dim(dim, self.ndim + 1, "unsqueeze")})
 
     # -- nn ------------------------------------------------------------------------------
     def softmax(self, dim):

@@ -1,0 +1,97 @@
+"""Tensor methods of the view family (mixed into ``ArrayOps``): reshape, permute, expand, ...
+
+Contract
+- ``ShapeMethods`` gives ``Tensor`` and ``Tracer`` torch's view methods (``reshape`` /
+  ``view``, ``flatten``, ``permute``, ``transpose`` / ``swapaxes``, ``t``, ``T``, ``mT``,
+  ``expand`` / ``broadcast_to``, ``squeeze``, ``unsqueeze``), each normalising its
+  arguments (``-1`` sizes, negative dims) and emitting one registered shape op
+  (``tracer/ops.py``), or returning ``self`` when nothing changes.
+- NumPy's spellings of the same names on traced values (``x.reshape(2, 3, order=)``,
+  ``x.transpose(0, 2, 1)``) are in ``tracer/numpy_methods.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradjit.tracer.dispatch import apply, norm_dim
+from gradjit.tracer.registry import ShapeError, user_site
+
+
+class ShapeMethods:
+    __slots__ = ()
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) == 1:
+            known = int(np.prod([s for s in shape if s != -1]))
+            if known == 0:   # 0 * anything: the -1 could be any size
+                raise ShapeError(f"reshape: cannot reshape tensor of 0 elements into shape "
+                                 f"{list(shape)} because the unspecified dimension size -1 can "
+                                 f"be any value and is ambiguous", user_site())
+            shape = tuple(self.numel() // max(known, 1) if s == -1 else s for s in shape)
+        if shape == self.shape:
+            return self
+        return apply("view.default", [self], {"size": shape})
+
+    view = reshape
+
+    def reshape_as(self, other): return self.reshape(other.shape)
+    view_as = reshape_as
+
+    def flatten(self): return self.reshape(-1)
+
+    def permute(self, *dims):
+        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        dims = tuple(norm_dim(int(d), self.ndim, "permute") for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: dims {dims} is not a permutation of the {self.ndim} dims "
+                             f"of a tensor of shape {self.shape}")
+        if dims == tuple(range(self.ndim)):
+            return self
+        return apply("permute.default", [self], {"dims": dims})
+
+    def transpose(self, dim0, dim1):
+        d0, d1 = norm_dim(dim0, self.ndim), norm_dim(dim1, self.ndim)
+        if d0 == d1:
+            return self
+        return apply("transpose.int", [self], {"dim0": min(d0, d1), "dim1": max(d0, d1)})
+
+    swapaxes = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return self if self.ndim < 2 else apply("t.default", [self], {})
+
+    @property
+    def T(self):
+        return self.t() if self.ndim <= 2 else self.permute(tuple(range(self.ndim))[::-1])
+
+    @property
+    def mT(self):
+        return self.swapaxes(-2, -1)
+
+    def expand(self, *size):
+        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        lead = len(size) - self.ndim
+        size = tuple(self.shape[i - lead] if s == -1 and i >= lead else int(s)
+                     for i, s in enumerate(size))
+        if size == self.shape:
+            return self
+        return apply("expand.default", [self], {"size": size, "implicit": False})
+
+    broadcast_to = expand
+
+    def expand_as(self, other): return self.expand(other.shape)
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            return self if 1 not in self.shape else apply("squeeze.default", [self], {})
+        d = norm_dim(dim, self.ndim, "squeeze")
+        if not self.ndim or self.shape[d] != 1:
+            return self
+        return apply("squeeze.dim", [self], {"dim": d})
+
+    def unsqueeze(self, dim):
+        return apply("unsqueeze.default", [self], {"dim": norm_dim(dim, self.ndim + 1, "unsqueeze")})
