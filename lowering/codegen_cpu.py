@@ -64,6 +64,7 @@ from gradjit.lowering.codegen_cpu_math import FAST_OPS
 from gradjit.lowering.codegen_cpu_outer import rank_one
 from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, extent_sources
 from gradjit.lowering.codegen_cpu_roll import Block, roll
+from gradjit.lowering.codegen_cpu_roll_text import MIN_REPS
 from gradjit.lowering.codegen_cpu_rows import rows_axpy, rows_block, rows_dot, rows_end, rows_start
 from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
 from gradjit.lowering.schedule import (REDUCTIONS, Loop, Stmt, reduced_dims, schedule,
@@ -459,7 +460,7 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph, unit_views=True, row_passes=True,
-                            recompute=RECOMPUTE)
+                            recompute=RECOMPUTE, step_min=MIN_REPS)
     rolls = len(steps) >= ROLL_MIN_STEPS
     values = {v.id: v for v in graph.inputs}
     values.update((v.id, v) for n in graph.nodes for v in n.outputs)

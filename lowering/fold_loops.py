@@ -33,6 +33,7 @@ import os
 import numpy as np
 
 from gradjit.lowering.restack import restack
+from gradjit.lowering.runs import find_run, next_same
 from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.api import apply
@@ -75,10 +76,10 @@ def _fold_runs(graph, roots):
     moved = {}
     sigs = {}
     ids = [sigs.setdefault(_sig(n), len(sigs)) for n in graph.nodes]
-    nxt = _next_same(ids)
+    nxt = next_same(ids)
     i = 0
     while i < len(ids):
-        run = _find_run(ids, nxt, i)
+        run = find_run(ids, nxt, i, MIN_STEPS, MIN_NODES)
         if run is None:
             i += 1
             continue
@@ -92,38 +93,9 @@ def _fold_runs(graph, roots):
         moved.update({k: v for k, v in new.items() if k not in moved})
         roots = [moved.get(r, r) for r in roots]
         ids[i:i + p * t] = [-1 - k for k in range(size)]   # (new nodes start no run)
-        nxt = _next_same(ids)
+        nxt = next_same(ids)
         i += size
     return moved
-
-
-def _next_same(ids):
-    """For each position, the next position holding the same id (len(ids) if none)."""
-    out, last = [len(ids)] * len(ids), {}
-    for k in range(len(ids) - 1, -1, -1):
-        out[k] = last.get(ids[k], len(ids))
-        last[ids[k]] = k
-    return out
-
-
-def _find_run(ids, nxt, i):
-    """``(P, T)`` of the longest-spanning run of repeats starting at ``i``, or None."""
-    n, best, j = len(ids), None, i
-    for _ in range(8):   # the next few places the same node recurs: candidate periods
-        j = nxt[j]
-        if j >= n:
-            break
-        p = j - i
-        if i + MIN_STEPS * p > n:
-            break   # (later candidates are longer still)
-        if ids[i + p - 1] != ids[i + 2 * p - 1] or ids[i + p // 2] != ids[i + p + p // 2]:
-            continue   # (a cheap look before comparing whole steps)
-        t = 1
-        while i + (t + 1) * p <= n and ids[i + t * p:i + (t + 1) * p] == ids[i:i + p]:
-            t += 1
-        if t >= MIN_STEPS and p * t >= MIN_NODES and (best is None or p * t > best[0] * best[1]):
-            best = (p, t)
-    return best
 
 
 def _fold(graph, s, p, t, roots):
