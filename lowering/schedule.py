@@ -164,7 +164,7 @@ def _inline_constants(graph):
 
 def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_min=None):
     inline, dead = _inline_constants(graph)
-    # a node never joins a loop made before the step of a repeated run it belongs to
+    # in a run of repeated steps, a node joins an earlier step's loop only to read its registers
     starts = step_starts(graph.nodes, step_min) if step_min else ()
     barrier = 0
     same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
