@@ -6,9 +6,10 @@ Contract
 - ``find_run(ids, nxt, i, min_steps, min_nodes) -> (P, T) | None``: the longest-spanning
   run starting at ``i`` of ``T >= min_steps`` consecutive copies of a ``P``-id step,
   ``P * T >= min_nodes``.
-- ``step_starts(nodes, min_steps) -> set of positions``: where each step of every run
-  starts, and where the run ends (so what follows, a last step that lacks some of the
-  step's nodes, stays apart too), runs taken left to right, nodes compared by op and input and output types
+- ``step_starts(nodes, min_steps) -> {position: "start" | "step" | "end"}``: where each
+  run starts, where each of its later steps starts, and where it ends (so what follows,
+  a last step that lacks some of the step's nodes, stays apart too), runs taken left to
+  right, nodes compared by op and input and output types
   (attributes may differ: slice bounds, per-step numbers). ``lowering/schedule.py``
   keeps fusion inside a step with it; ``lowering/fold_loops.py`` folds runs with the
   two functions above and a stricter signature.
@@ -49,13 +50,15 @@ def step_starts(nodes, min_steps):
                             tuple((v.shape, v.dtype.str) for v in n.outputs)), len(sigs))
            for n in nodes]
     nxt = next_same(ids)
-    starts, i = set(), 0
+    starts, i = {}, 0
     while i < len(ids):
         run = find_run(ids, nxt, i, min_steps, 0)
         if run is None:
             i += 1
             continue
         p, t = run
-        starts.update(i + k * p for k in range(t + 1))   # (and where the run ends)
+        starts.setdefault(i + p * t, "end")   # (where the run ends; another may start there)
+        starts.update((i + k * p, "step") for k in range(1, t))
+        starts[i] = "start"
         i += p * t
     return starts

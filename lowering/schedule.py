@@ -31,13 +31,13 @@ Contract
   rows (``schedule_rows.py``: ``Loop.rows``).
 - ``step_min=N`` (the CPU generator, N its roller's ``MIN_REPS``): in a run of at least
   ``N`` repeated steps (an unrolled loop: ``runs.step_starts``), a node joins a loop made
-  before its own step only to read one of that loop's registers (an elementwise chain
-  stays one pass over memory). Joins that read nothing of the loop fuse unrelated work
-  (``np.sin(x)`` of each step's ``x`` of a list): they save only a loop's overhead but
-  merge every step's copy into one loop as long as the run, the roller then finds no
-  repeated steps, and the compile grows with the trip count (an RNN over a list of 100
-  inputs: 12 s against 2 s without the ``sin``). Work that reads a value made once
-  before the loop (``x * scale`` of each step's ``x``) still merges: a known limit.
+  before its own step only to read one of that loop's registers that no other step of
+  the run joined it for (an elementwise chain, each step reading the last, stays one pass
+  over memory). Other joins of an earlier step's loop fuse unrelated work (``np.sin(x)``
+  of each step's ``x`` of a list, ``x * scale`` of a ``scale`` made once before the
+  loop): they save only a loop's overhead but merge every step's copy into one loop as
+  long as the run, the roller then finds no repeated steps, and the compile grows with
+  the trip count (an RNN over a list of 100 inputs: 12 s against 2 s without the ``sin``).
 - ``recompute=True`` (the CPU generator) computes a cheap elementwise value again in
   the later loops that read it instead of storing it, where that moves fewer bytes
   (``schedule_remat.py``).
@@ -165,8 +165,9 @@ def _inline_constants(graph):
 def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_min=None):
     inline, dead = _inline_constants(graph)
     # in a run of repeated steps, a node joins an earlier step's loop only to read its registers
-    starts = step_starts(graph.nodes, step_min) if step_min else ()
-    barrier = 0
+    # (each register for one step of the run)
+    starts = step_starts(graph.nodes, step_min) if step_min else {}
+    barrier, step_no, reasons = 0, 0, {}   # reasons: register -> the step that joined for it
     same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
         lambda a, b: a == b)
     steps = []
@@ -174,7 +175,9 @@ def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_mi
     elementwise_in = {}  # value -> Loop where it is a register (elementwise member)
     for pos, node in enumerate(graph.nodes):
         if pos in starts:
-            barrier = len(steps)
+            barrier, step_no = len(steps), step_no + 1
+            if starts[pos] != "step":   # (a run starts or ends: its reasons are done)
+                reasons = {}
         if node.outputs[0] in inline or node.outputs[0] in dead:
             continue
         space = _space(node)
@@ -193,7 +196,8 @@ def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_mi
                     st.shape == space if exact else same(st.shape, space)) and (
                     not alias or elementwise_in[node.inputs[0]] is st) and all(
                     step_of.get(v, -1) < idx or elementwise_in.get(v) is st for v in node.inputs
-                ) and (idx >= barrier or any(elementwise_in.get(v) is st for v in node.inputs))
+                ) and (idx >= barrier or any(elementwise_in.get(v) is st and reasons.get(
+                    v, step_no) == step_no for v in node.inputs))
                 if ok_here:
                     target = idx
                     break
@@ -209,6 +213,10 @@ def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_mi
         else:
             idx = target
             steps[idx].nodes.append(node)
+            if idx < barrier:
+                for v in node.inputs:
+                    if elementwise_in.get(v) is steps[idx]:
+                        reasons.setdefault(v, step_no)
         for v in node.outputs:
             step_of[v] = idx
             if space is not None and node.op not in REDUCTIONS:

@@ -1,7 +1,8 @@
 """Fusion stays inside a step of an unrolled loop (lowering/schedule.py, ``step_min``).
 
 A step's own work that reads nothing carried (``np.sin(x)`` of each step's ``x`` of a
-list argument) used to join the first step's loop: one loop of T statements, which the
+list argument, or ``x * scale`` of a value made before the loop) used to join the first
+step's loop: one loop of T statements, which the
 roller cannot roll, and a compile that grew with T. Counters, not clocks: the generated
 module's lines are the same for two trip counts; the results are the interpreter's.
 """
@@ -34,6 +35,14 @@ def rnn_over_slices(Wx, Wh, b, xs):
     return (h ** 2).mean()
 
 
+def rnn_scaled_list(Wx, Wh, b, xs):
+    h = np.zeros((1, 5))
+    scale = np.exp(b[:3])              # made once; each step's own work reads it
+    for x in xs:
+        h = np.tanh((x * scale) @ Wx + h @ Wh + b)
+    return (h ** 2).mean()
+
+
 def _args(T, listed, seed=0):
     rng = np.random.default_rng(seed)
     ws = (rng.standard_normal((3, 5)), rng.standard_normal((5, 5)) / 3,
@@ -46,14 +55,16 @@ def _joint(fn, args):
     return gj.grad(fn, argnums=(0, 1, 2)).graphs(*args)[1]
 
 
-@pytest.mark.parametrize("fn,listed", [(rnn_over_a_list, True), (rnn_over_slices, False)])
+@pytest.mark.parametrize("fn,listed", [(rnn_over_a_list, True), (rnn_over_slices, False),
+                                       (rnn_scaled_list, True)])
 def test_the_module_follows_the_step_not_the_trip_count(fn, listed):
     sources = [generate(_joint(fn, _args(T, listed))).source for T in (20, 30)]
     assert "# rolled:" in sources[0]
     assert len(sources[0].splitlines()) == len(sources[1].splitlines())
 
 
-@pytest.mark.parametrize("fn,listed", [(rnn_over_a_list, True), (rnn_over_slices, False)])
+@pytest.mark.parametrize("fn,listed", [(rnn_over_a_list, True), (rnn_over_slices, False),
+                                       (rnn_scaled_list, True)])
 def test_rolled_code_computes_what_the_interpreter_does(fn, listed):
     g = _joint(fn, _args(24, listed))
     exe = compile_graph(g)
@@ -73,7 +84,8 @@ def test_step_starts_finds_each_step_of_a_run_and_nothing_else():
 
     body = ["sin.default", "mul.Tensor", "tanh.default"]
     nodes = [N("exp.default")] + [N(op) for _ in range(5) for op in body] + [N("sum.default")]
-    assert step_starts(nodes, 4) == {1, 4, 7, 10, 13, 16}
-    assert step_starts(nodes[:10], 4) == set()   # three steps: not a run
+    assert step_starts(nodes, 4) == {1: "start", 4: "step", 7: "step", 10: "step",
+                                     13: "step", 16: "end"}
+    assert step_starts(nodes[:10], 4) == {}   # three steps: not a run
     other = [N("sin.default", (3,)) if k == 4 else n for k, n in enumerate(nodes)]
     assert 4 not in step_starts(other, 4)   # types differ: not the same step
