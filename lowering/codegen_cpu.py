@@ -460,7 +460,7 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph, unit_views=True, row_passes=True,
-                            recompute=RECOMPUTE, step_min=MIN_REPS)
+                            recompute=RECOMPUTE, runs_apart=(MIN_REPS, ROLL_MIN_STEPS))
     rolls = len(steps) >= ROLL_MIN_STEPS
     values = {v.id: v for v in graph.inputs}
     values.update((v.id, v) for n in graph.nodes for v in n.outputs)

@@ -6,7 +6,8 @@ Contract
 - ``find_run(ids, nxt, i, min_steps, min_nodes) -> (P, T) | None``: the longest-spanning
   run starting at ``i`` of ``T >= min_steps`` consecutive copies of a ``P``-id step,
   ``P * T >= min_nodes``.
-- ``step_starts(nodes, min_steps) -> {position: "start" | "step" | "end"}``: where each
+- ``step_starts(nodes, min_steps, min_nodes=0) -> {position: "start" | "step" | "end"}``
+  (runs of ``T >= min_steps`` steps spanning ``>= min_nodes`` nodes): where each
   run starts, where each of its later steps starts, and where it ends (so what follows,
   a last step that lacks some of the step's nodes, stays apart too), runs taken left to
   right, nodes compared by op and input and output types
@@ -44,7 +45,7 @@ def find_run(ids, nxt, i, min_steps, min_nodes):
     return best
 
 
-def step_starts(nodes, min_steps):
+def step_starts(nodes, min_steps, min_nodes=0):
     sigs = {}
     ids = [sigs.setdefault((n.op, tuple((v.shape, v.dtype.str) for v in n.inputs),
                             tuple((v.shape, v.dtype.str) for v in n.outputs)), len(sigs))
@@ -52,7 +53,7 @@ def step_starts(nodes, min_steps):
     nxt = next_same(ids)
     starts, i = {}, 0
     while i < len(ids):
-        run = find_run(ids, nxt, i, min_steps, 0)
+        run = find_run(ids, nxt, i, min_steps, min_nodes)
         if run is None:
             i += 1
             continue

@@ -29,8 +29,10 @@ Contract
 - ``row_passes=True`` (the CPU generator) fuses a matrix-vector product, the loop
   over its result and the transposed product back into one pass over the matrix's
   rows (``schedule_rows.py``: ``Loop.rows``).
-- ``step_min=N`` (the CPU generator, N its roller's ``MIN_REPS``): in a run of at least
-  ``N`` repeated steps (an unrolled loop: ``runs.step_starts``), a node joins a loop made
+- ``runs_apart=(T, N)`` (the CPU generator: its roller's ``MIN_REPS`` and
+  ``ROLL_MIN_STEPS``): in a run of at least ``T`` repeated steps spanning at least ``N``
+  nodes (an unrolled loop: ``runs.step_starts``; shorter runs are chance, four ``mul``
+  in a row of W2's adjoint, and splitting them cost a pass), a node joins a loop made
   before its own step only to read one of that loop's registers that no other step of
   the run joined it for (an elementwise chain, each step reading the last, stays one pass
   over memory). Other joins of an earlier step's loop fuse unrelated work (``np.sin(x)``
@@ -162,11 +164,11 @@ def _inline_constants(graph):
     return inline, dead
 
 
-def schedule(graph, unit_views=False, row_passes=False, recompute=False, step_min=None):
+def schedule(graph, unit_views=False, row_passes=False, recompute=False, runs_apart=None):
     inline, dead = _inline_constants(graph)
     # in a run of repeated steps, a node joins an earlier step's loop only to read its registers
     # (each register for one step of the run)
-    starts = step_starts(graph.nodes, step_min) if step_min else {}
+    starts = step_starts(graph.nodes, *runs_apart) if runs_apart else {}
     barrier, step_no, reasons = 0, 0, {}   # reasons: register -> the step that joined for it
     same = (lambda a, b: squeezed(a) == squeezed(b)) if unit_views else (  # noqa: E731
         lambda a, b: a == b)

@@ -1,4 +1,4 @@
-"""Fusion stays inside a step of an unrolled loop (lowering/schedule.py, ``step_min``).
+"""Fusion stays inside a step of an unrolled loop (lowering/schedule.py, ``runs_apart``).
 
 A step's own work that reads nothing carried (``np.sin(x)`` of each step's ``x`` of a
 list argument, or ``x * scale`` of a value made before the loop) used to join the first
@@ -89,3 +89,21 @@ def test_step_starts_finds_each_step_of_a_run_and_nothing_else():
     assert step_starts(nodes[:10], 4) == {}   # three steps: not a run
     other = [N("sin.default", (3,)) if k == 4 else n for k, n in enumerate(nodes)]
     assert 4 not in step_starts(other, 4)   # types differ: not the same step
+    assert step_starts(nodes, 4, min_nodes=16) == {}   # 15 nodes: too short to matter
+
+
+def test_a_chance_repeat_in_straight_line_code_keeps_its_one_loop():
+    # W2's adjoint has four ``mul`` in a row: a "run" of four one-node steps. Kept apart,
+    # its fused loop split in two (an extra pass over 1e6 elements); runs shorter than
+    # the roller's 32 steps are left alone.
+    def w2(x):
+        a = np.sin(x)
+        b = np.exp(-(a * a))
+        c = np.log(1 + x * x)
+        d = np.tanh(c - b)
+        f = d / np.sqrt(x * x + 1)
+        g = 1 / (1 + np.exp(-(f * 3 + a)))
+        return (g * c + b * d).sum()
+    src = generate(gj.grad(w2).graphs(np.linspace(0.1, 1.0, 1000))[1]).source
+    assert src.count("    for i") == 1, src
+
