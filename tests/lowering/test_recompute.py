@@ -146,7 +146,8 @@ def _rnn_graphs(loss):
     from gradjit.tracer.record import History
     from tests.lowering import test_roll
     # (the two-layer RNN at 12 steps: its 36 took a minute to compile, every size eligible)
-    f, args = getattr(test_roll, loss), test_roll._rnn_args(36 if loss == "rnn_running_loss" else 12)
+    steps = 36 if loss == "rnn_running_loss" else 12
+    f, args = getattr(test_roll, loss), test_roll._rnn_args(steps)
     joint = gj.grad(f, argnums=(0, 1, 2)).graphs(*args)[1]
     ts = [gj.tensor(a, requires_grad=i < 3) for i, a in enumerate(args)]
     out = f(*ts)
