@@ -138,6 +138,9 @@ class _Emitter:
         self.fast_math = True  # fm.<name> (vectorisable) instead of math.<name> where faster
         self.folds = {}   # unit-dims view -> the base loops read instead (codegen_cpu_fold)
         self.functions = {}   # name -> source of a region body's function (codegen_cpu_regions)
+        # Line numbers where a statement's lines start another block: a cat's parts are
+        # copied one block each, so the roller makes many same-shaped copies one loop.
+        self.breaks = []
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -461,7 +464,8 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
     steps, inline = schedule(graph, unit_views=True, row_passes=True,
                             recompute=RECOMPUTE, runs_apart=(MIN_REPS, ROLL_MIN_STEPS))
-    rolls = len(steps) >= ROLL_MIN_STEPS
+    rolls = len(steps) + sum(len(s.node.inputs) - 1 for s in steps if isinstance(s, Stmt)
+                             and s.node.op == "cat.default") >= ROLL_MIN_STEPS
     values = {v.id: v for v in graph.inputs}
     values.update((v.id, v) for n in graph.nodes for v in n.outputs)
     outliner = Outliner(values) if rolls else None
@@ -489,6 +493,14 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
         else:
             stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
+            if e.breaks:   # the later blocks only fill what the first one made
+                cuts = [mark] + e.breaks + [len(e.lines)]
+                blocks.extend(Block(e.lines[a:b], defs if k == 0 else set(), e.parallel)
+                              for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
+                e.breaks = []
+                del e.lines[mark:]
+                e.parallel = par
+                continue
         block = Block(e.lines[mark:], defs, e.parallel, isinstance(step, Loop) and not r1)
         if isinstance(step, Loop) and step.rows is not None:
             # A row pass runs in parallel: in a function of its own, Numba's parallel

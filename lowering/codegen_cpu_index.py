@@ -5,7 +5,9 @@ Contract
   merges it into its ``KERNELS`` table. Emitters write lines into the CPU
   emitter ``e`` (one comment per statement names the IR node).
 - ``slice.Tensor`` is a NumPy basic-slicing view (``v[:, a:b:c]``; its layout
-  is recorded as strided, ``'A'``); ``slice_backward`` assigns into zeros.
+  is recorded as strided, ``'A'``); ``slice_backward`` assigns into zeros;
+  ``cat`` copies each part into an empty result, one loop nest (and one block, so that
+  the roller makes same-shaped parts one loop) per part.
 - ``index_select`` / ``gather`` read, ``index_add`` / ``scatter_add`` add into
   a copy of ``self``, each in one loop nest over the index (or source) shape;
   negative indices wrap once (``k += n``) so traced indices behave as NumPy's.
@@ -65,6 +67,20 @@ def _slice_backward(e, node):
         depth = _loops(e, g.shape)
         dst = [f"i{d}" if d != dim else f"{rows.start} + {rows.step} * i{d}" for d in range(g.ndim)]
         e.emit(depth, f"v{out.id}[{_idx(dst)}] = v{g.id}[{_idx(f'i{d}' for d in range(g.ndim))}]")
+
+
+def _cat(e, node):
+    out, dim = node.outputs[0], node.attrs["dim"]
+    e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_dt(out.dtype)})", node)
+    off = 0
+    for k, x in enumerate(node.inputs):   # each part after the last (element loops: see above)
+        if k:
+            e.breaks.append(len(e.lines))   # a block per part (codegen_cpu.generate)
+        if x.size:
+            depth = _loops(e, x.shape)
+            dst = [f"i{d}" if d != dim else f"{off} + i{d}" for d in range(x.ndim)]
+            e.emit(depth, f"v{out.id}[{_idx(dst)}] = v{x.id}[{_idx(f'i{d}' for d in range(x.ndim))}]")
+        off += x.shape[dim]
 
 
 def _wrapped(e, depth, node, index, at, n, axis):
@@ -167,7 +183,7 @@ def _minmax(cmp):
 
 
 INDEX_KERNELS = {
-    "slice.Tensor": _slice, "slice_backward.default": _slice_backward,
+    "slice.Tensor": _slice, "slice_backward.default": _slice_backward, "cat.default": _cat,
     "index_select.default": _index_select, "index_add.default": _index_add,
     "gather.default": _gather, "scatter_add.default": _scatter_add,
     "max.dim": _minmax(">"), "min.dim": _minmax("<"),

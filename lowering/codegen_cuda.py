@@ -291,9 +291,10 @@ def _finish(e, n, blocks):
     e.kernel(e.name("f"), body, (1, threads), f"final pass of %{o}")
 
 
-def gather_kernel(e, node, out, value, shape=None, pre=(), flat_out=False):
+def gather_kernel(e, node, out, value, shape=None, pre=(), flat_out=False, at=None):
     """A kernel writing ``out[i...] = value`` over ``shape`` (default: out's); ``value``
-    is an expression in ``i0..``; ``pre`` are lines (depth 2) before it."""
+    is an expression in ``i0..``; ``pre`` are lines (depth 2) before it; ``at``: the
+    index expressions of the element written, when not ``i0..`` themselves."""
     shape = out.shape if shape is None else shape
     r = len(shape)
     size = int(np.prod(shape)) if shape else 1
@@ -304,7 +305,8 @@ def gather_kernel(e, node, out, value, shape=None, pre=(), flat_out=False):
     if flat_out:
         tgt = f"p{out.id}[i]"
     else:
-        tgt = f"v{out.id}[{', '.join(f'i{d}' for d in range(r))}]" if out.ndim else f"v{out.id}[0]"
+        at = [f"i{d}" for d in range(r)] if at is None else at
+        tgt = f"v{out.id}[{', '.join(at)}]" if out.ndim else f"v{out.id}[0]"
     body += [f"        {tgt} = {value}", "        i += stride"]
     e.kernel(e.name(), body, launch(size), _describe(node) if node is not None else "copy")
 

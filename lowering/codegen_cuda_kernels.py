@@ -5,7 +5,8 @@ Contract
   (``lowering/codegen_cuda.py``); semantics are the CPU kernels'
   (``codegen_cpu_index.py``, ``codegen_cpu_kernels.py``).
 - Reads (``slice``, ``index_select``, ``gather``, ``slice_backward``) are
-  gather kernels: one thread per output element, no write conflicts.
+  gather kernels: one thread per output element, no write conflicts; ``cat`` is
+  one per part, over the part's elements, each writing its own block.
 - Accumulations into a copy of ``self`` (``index_add``, ``scatter_add``) use
   ``cuda.atomic.add``: duplicate indices add up, in an unspecified order (as
   on torch CUDA); the sum is exact up to float rounding order.
@@ -62,6 +63,19 @@ def _slice(e, node):
     src = [f"i{d}" if d != dim else f"{start} + {step} * i{d}" for d in range(x.ndim)]
     e.alloc(out)
     gather_kernel(e, node, out, f"v{x.id}[{_idx(src)}]")
+
+
+def _cat(e, node):
+    """One copy kernel per part, each writing its own block of the result."""
+    out, dim = node.outputs[0], node.attrs["dim"]
+    e.alloc(out)
+    off = 0
+    for x in node.inputs:
+        if x.size:
+            at = [f"i{d}" if d != dim else f"{off} + i{d}" for d in range(x.ndim)]
+            gather_kernel(e, node, out, f"v{x.id}[{_idx(f'i{d}' for d in range(x.ndim))}]",
+                          shape=x.shape, at=at)
+        off += x.shape[dim]
 
 
 def _slice_backward(e, node):
@@ -218,6 +232,7 @@ def _extreme(cmp, scan):
 
 CUDA_KERNELS = {
     "slice.Tensor": _slice, "slice_backward.default": _slice_backward,
+    "cat.default": _cat,
     "index_select.default": _index_select, "gather.default": _gather,
     "index_add.default": _index_add, "scatter_add.default": _scatter_add,
     "cumsum.default": _scan(lambda dt: acc_init("sum.default", dt, exact=True), "{acc} + {x}"),

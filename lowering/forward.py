@@ -20,18 +20,17 @@ import numpy as np
 
 from gradjit.lowering.adjoint import _differentiable, adjoint, attributed, entries, rule_for
 from gradjit.lowering.helpers import sum_to
-from gradjit.lowering.instantiate import evaluate, instantiate
+from gradjit.lowering.instantiate import bind_inputs, evaluate, instantiate
 from gradjit.tracer.api import apply
 from gradjit.tracer.trace import Tracer
 
 
 def _formula_tangent(entry, node, graph, ts):
     env = dict(node.attrs)
-    names = entry.schema.tensor_args
-    env.update({n: Tracer(graph, v) for n, v in zip(names, node.inputs)})
-    env.update({f"{n}_t": (Tracer(graph, t) if t is not None else
-                           apply("zeros_like.default", [Tracer(graph, v)], {}))
-                for n, v, t in zip(names, node.inputs, ts)})
+    env.update(bind_inputs(entry.schema, graph, node.inputs)[0])
+    filled = [t if t is not None else apply("zeros_like.default", [Tracer(graph, v)], {}).value
+              for v, t in zip(node.inputs, ts)]
+    env.update({f"{n}_t": v for n, v in bind_inputs(entry.schema, graph, filled)[0].items()})
     outs = [Tracer(graph, v) for v in node.outputs]
     env["result"] = outs[0]
     env.update({f"result{i}": r for i, r in enumerate(outs)})

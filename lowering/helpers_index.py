@@ -2,7 +2,7 @@
 
 Every helper is written with differentiable tracer ops (the kernels of
 ``tracer/ops_index.py``), so second derivatives come from lowering again:
-``slice`` and ``slice_backward`` are each other's adjoints, as are
+``slice`` and ``slice_backward`` are each other's adjoints (and ``cat`` is sliced), as are
 ``index_select`` / ``index_add`` and ``gather`` / ``scatter_add``.
 """
 from __future__ import annotations
@@ -21,6 +21,24 @@ def slice_of(x, dim, start, end, step):
 def slice_backward(grad, input_sizes, dim, start, end, step):
     return apply("slice_backward.default", [grad], {"input_sizes": tuple(input_sizes), "dim": dim,
                                                     "start": start, "end": end, "step": step})
+
+
+@helper
+def cat(tensors, dim):
+    """One ``cat.default`` of ``tensors`` (the tangent of a concatenation)."""
+    return apply("cat.default", list(tensors), {"dim": dim})
+
+
+@helper
+def cat_tensors_backward(grad, tensors, dim, grad_input_mask):
+    """Each part's gradient: its own slice of ``grad`` along ``dim`` (a view; None where
+    the mask says no gradient is needed)."""
+    out, off = [], 0
+    for t, needed in zip(tensors, grad_input_mask):
+        n = t.shape[dim]
+        out.append(slice_of(grad, dim, off, off + n, 1) if needed else None)
+        off += n
+    return out
 
 
 @helper

@@ -65,24 +65,36 @@ def evaluate(tree, env):
     return getattr(ArrayOps, name)(obj, *args, **kwargs)
 
 
+def bind_inputs(schema, graph, values):
+    """The formula names of a node's input ``values`` (Tracers on ``graph``): one each, or
+    a list for a ``Tensor[]`` argument. Also the groups (``Schema.input_groups``)."""
+    groups = schema.input_groups(len(values))
+    env = {n: [Tracer(graph, values[p]) for p in pos] if n == schema.list_arg else
+           Tracer(graph, values[pos[0]]) for n, pos in groups.items()}
+    return env, groups
+
+
 def instantiate(entry, node, graph, grad_outs, mask):
-    names = entry.schema.tensor_args
-    for name, m in zip(names, mask):
-        if m and name in entry.not_implemented:
+    """``mask`` and ``grad_input_mask`` have one entry per node input (a ``Tensor[]``
+    argument's parts each have their own); a formula of a ``Tensor[]`` input returns one
+    gradient (or None) per part."""
+    bound, groups = bind_inputs(entry.schema, graph, node.inputs)
+    for name, pos in groups.items():
+        if any(mask[p] for p in pos) and name in entry.not_implemented:
             raise GradjitError(f"the derivative for '{node.op}' is not implemented for input "
                                f"'{name}': {entry.not_implemented[name]}", node.site)
     env = dict(node.attrs)
-    env.update({n: Tracer(graph, v) for n, v in zip(names, node.inputs)})
+    env.update(bound)
     results = [Tracer(graph, v) for v in node.outputs]
     env["result"] = results[0]
     env.update({f"result{i}": r for i, r in enumerate(results)})
     grads = [None if g is None else Tracer(graph, g) for g in grad_outs]
     env["grads"], env["grad"] = grads, grads[0]
     env["grad_input_mask"] = list(mask)
-    out = [None] * len(names)
+    out = [None] * len(node.inputs)
     for inputs, tree in entry.formulas.items():
-        idx = [names.index(i) for i in inputs]
-        if not any(mask[i] for i in idx):
+        idx = [groups[i] for i in inputs]
+        if not any(mask[p] for pos in idx for p in pos):
             continue
         if "grad" in entry.uses[inputs] and env["grad"] is None:
             continue  # undefined output gradient: this input gets none from it
@@ -95,7 +107,9 @@ def instantiate(entry, node, graph, grad_outs, mask):
                                f"{', '.join(inputs)} from formula {entry.source[inputs]!r}: "
                                f"{type(e).__name__}: {e}", node.site) from e
         vals = val if len(inputs) > 1 else (val,)
-        for i, g in zip(idx, vals):
-            if mask[i] and g is not None:
-                out[i] = g.value
+        for name, pos, g in zip(inputs, idx, vals):
+            parts = g if name == entry.schema.list_arg else (g,)
+            for p, gp in zip(pos, parts):
+                if mask[p] and gp is not None:
+                    out[p] = gp.value
     return out

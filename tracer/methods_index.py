@@ -15,7 +15,7 @@ Contract
   (``IndexError`` naming the shape and the user's line), traced ones where
   they are read, at run time (``IndexBoundsError``, ``tracer/ops_index.py``).
 - Composites (no ops of their own; each differentiated through its parts):
-  cat is a sum of ``slice_backward`` placements; stack is unsqueeze + cat;
+  cat is one ``cat.default`` node; stack is unsqueeze + cat;
   split / chunk / unbind / narrow / flip are slice views; roll is a cat of two
   slices; repeat / tile are view + expand + view; tril / triu are ``where``
   with a constant mask; diagonal is a strided slice of a flattened view;
@@ -134,7 +134,7 @@ def _tensors(seq, op):
 
 
 def cat(tensors, dim=0):
-    """``torch.cat``: a sum of zero-padded placements (``slice_backward``) of each part."""
+    """``torch.cat``: one ``cat.default`` node over every part (its gradient: one slice each)."""
     ts = _tensors(tensors, "cat")
     ref = ts[0]
     d = norm_dim(int(dim), ref.ndim, "cat")
@@ -147,16 +147,7 @@ def cat(tensors, dim=0):
                              f"shapes {', '.join(str(tuple(t.shape)) for t in ts)}", user_site())
     if len(ts) == 1:
         return ts[0]
-    total = sum(t.shape[d] for t in ts)
-    sizes = tuple(total if k == d else s for k, s in enumerate(ref.shape))
-    out, off = None, 0
-    for t in ts:
-        n = t.shape[d]  # empty parts are placed too: torch gives them a (size-0) gradient
-        part = apply("slice_backward.default", [t], {"input_sizes": sizes, "dim": d,
-                                                     "start": off, "end": off + n, "step": 1})
-        out = part if out is None else out + part
-        off += n
-    return out if out is not None else ts[0]
+    return apply("cat.default", ts, {"dim": d})
 
 
 def stack(tensors, dim=0):

@@ -11,8 +11,9 @@ Contract
 - All of them are ``kernel`` ops for the code generators (their own loop nest
   or a NumPy view statement, ``lowering/codegen_cpu_index.py``):
   ``slice.Tensor`` is a strided view (negative steps allowed, unlike torch);
-  ``slice_backward`` writes its input into zeros of ``input_sizes`` (also what
-  ``cat`` is built from); ``index_select`` / ``gather`` read through an
+  ``slice_backward`` writes its input into zeros of ``input_sizes``; ``cat``
+  (``Tensor[]``: any number of inputs, of one dtype and ndim >= 1) writes each part
+  after the last along ``dim``, no zeros; ``index_select`` / ``gather`` read through an
   integer index; ``index_add`` / ``scatter_add`` accumulate into a copy of
   ``self`` (repeated indices add up); ``max.dim`` / ``min.dim`` return the
   values and int64 indices (first occurrence; NaN wins, as torch).
@@ -24,7 +25,7 @@ Contract
   user's line. The references here check; the CPU and CUDA code generators
   emit the same check (``lowering/codegen_cpu_index.py``).
 - Composites spelled in the front end with these ops plus views: basic and
-  advanced ``__getitem__``, cat, stack, split, chunk, unbind, narrow, flip,
+  advanced ``__getitem__``, stack, split, chunk, unbind, narrow, flip,
   roll, repeat, tile, tril, triu, diagonal, take_along_dim, masked_fill, take.
 """
 from __future__ import annotations
@@ -118,6 +119,25 @@ def _slice_backward(g, input_sizes, dim, start, end, step):
 defop("slice_backward(Tensor grad_output, SymInt[] input_sizes, int dim, SymInt start, "
       "SymInt? end, SymInt step) -> Tensor", K, _slice_backward_infer, _slice_backward)
 
+
+
+def _cat_infer(types, a):
+    ref, d = types[0], a["dim"]
+    for t in types:
+        if len(t.shape) != len(ref.shape) or any(x != y for k, (x, y) in
+                                                 enumerate(zip(t.shape, ref.shape)) if k != d):
+            raise ShapeError(f"cat.default: sizes of tensors must match except in dimension {d}; "
+                             f"got {_types_str(types)}", user_site())
+    if len({np.dtype(t.dtype) for t in types}) != 1:
+        raise TypeError(f"cat.default: parts must share one dtype (the front end casts them); "
+                        f"got {_types_str(types)}")
+    shape = list(ref.shape)
+    shape[d] = sum(t.shape[d] for t in types)
+    return [(tuple(shape), ref.dtype)]
+
+
+defop("cat(Tensor[] tensors, int dim=0) -> Tensor", K, _cat_infer,
+      lambda *parts, dim: np.concatenate(parts, axis=dim))
 
 # -- gathers and scatter-adds ----------------------------------------------------------------
 def _index_select_infer(types, a):

@@ -6,7 +6,8 @@ Contract
   other) -> Tensor"``); the op name is the part before ``(``, with
   ``.default`` added when there is no overload (``exp`` -> ``exp.default``).
 - Arguments typed ``Tensor`` become node inputs, every other argument a node
-  attribute of the same name.
+  attribute of the same name. A ``Tensor[]`` argument (then the op's only tensor
+  argument: ``cat``) takes any number of inputs; formulas see it as a list.
 - ``infer(in_types, attrs) -> [(shape, dtype), ...]`` is the shape/dtype
   rule, ``impl(*arrays, **attrs)`` the NumPy reference (returns an array or a
   tuple of arrays). ``kind`` tells the code generators how the op iterates:
@@ -182,6 +183,10 @@ class Arg:
     def is_tensor(self):
         return self.type.startswith("Tensor")
 
+    @property
+    def is_list(self):
+        return self.type == "Tensor[]"
+
 
 @dataclass
 class Schema:
@@ -191,6 +196,15 @@ class Schema:
     text: str
     tensor_args: list = field(default_factory=list)
     attr_args: list = field(default_factory=list)
+    list_arg: str | None = None   # the ``Tensor[]`` argument, if any: it takes every input
+
+    def input_groups(self, n_inputs):
+        """``{tensor arg name: positions among a node's n_inputs inputs}``: one position
+        each, except that a ``Tensor[]`` argument (the only tensor argument of its op)
+        takes all of them (``cat``)."""
+        if self.list_arg is not None:
+            return {self.list_arg: list(range(n_inputs))}
+        return {n: [k] for k, n in enumerate(self.tensor_args[:n_inputs])}
 
 
 _DEFAULTS = {"None": None, "True": True, "False": False, "[]": ()}
@@ -247,6 +261,11 @@ def parse_schema(text):
     s = Schema(name, args, returns, text.strip())
     s.tensor_args = [a.name for a in args if a.is_tensor]
     s.attr_args = [a for a in args if not a.is_tensor]
+    lists = [a.name for a in args if a.is_list]
+    if lists and len(s.tensor_args) != 1:
+        raise ValueError(f"schema {text!r}: a Tensor[] argument must be its op's only tensor "
+                         f"argument")
+    s.list_arg = lists[0] if lists else None
     return s
 
 

@@ -241,7 +241,8 @@ CASES = {
     "sort.default": C(lambda a: (a.sort(dim=1)[0], a.sort(dim=0, descending=True)[0]), U(3, 4)),
     # indexing (tracer/ops_index.py)
     "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),
-    "slice_backward.default": C(lambda a, b: gj.cat([a, b], 1), U(2, 3), U(2, 2)),
+    "slice_backward.default": C(lambda a: gj.nn.functional.pad(a, (1, 2)), U(2, 3)),
+    "cat.default": C(lambda a, b, c: gj.cat([a, b, c], 1), U(2, 3), U(2, 2), U(2, 1)),
     "index_select.default": C(lambda a: a[np.array([2, 0, 2, -1])], U(3, 2)),
     "index_add.default": C(lambda a, b: apply("index_add.default", [a, np.array([1, 1, 0]), b],
                                                {"dim": 0, "alpha": 2.5}), U(2, 3), U(3, 3)),
