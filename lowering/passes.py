@@ -5,7 +5,8 @@ Contract
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
   ``linalg_vector_norm``, ``_std_from_var``) decomposed into the primitive ops the code
   generators emit, sums over size-1 dims only made views, duplicate nodes
-  merged (CSE) and dead nodes removed (DCE). Inputs and their order are kept,
+  merged (CSE), sums of zero-padded placements regrouped into concatenations
+  (``lowering/placements.py``) and dead nodes removed (DCE). Inputs and their order are kept,
   so callers keep feeding the same arrays; captured constants travel along.
 - ``extract(graph, nodes, outputs)`` cuts the sub-graph made of ``nodes``
   (used for tensor-mode backward: the forward already ran eagerly). Its inputs
@@ -14,6 +15,7 @@ Contract
 """
 from __future__ import annotations
 
+from gradjit.lowering.placements import merge_placements
 from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.ops import reduces_nothing
@@ -120,7 +122,7 @@ def _always(node, *ins):
 
 
 def optimize(graph):
-    return dce(rebuild(graph))
+    return dce(merge_placements(rebuild(graph)))
 
 
 def rebuild(graph, decompose=True, cse=True):
