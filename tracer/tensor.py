@@ -127,9 +127,18 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
         return self.data
 
     def __array__(self, dtype=None, copy=None):
+        # NumPy 2's protocol: copy=True (np.array's default) must not hand out the tensor's
+        # own buffer, or writing to the "copy" would change the tensor; copy=False must
+        # not copy (a dtype change then cannot be honoured).
         if is_device_array(self.data):
             self.numpy()
-        return self.data if dtype is None else self.data.astype(dtype)
+        data = self.data
+        if dtype is not None and np.dtype(dtype) != data.dtype:
+            if copy is False:
+                raise ValueError(f"np.asarray(tensor, dtype={np.dtype(dtype).name}, copy=False): "
+                                 f"the tensor is {data.dtype.name}, so a copy is needed")
+            return data.astype(dtype)
+        return data.copy() if copy else data
 
     def detach(self):
         return Tensor(self.data, box=self._box)  # an alias: same data, same version counter

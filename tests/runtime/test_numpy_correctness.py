@@ -14,6 +14,8 @@ differences of the first-order gradient where the backward is differentiable.
   reverse mode, forward mode (``gj.jvp``) or second order.
 - std of a constant slice: gradient 0 (a subgradient), not 0/0.
 - dtype promotion in np.linalg (float32 with float64 is float64, integers float64).
+- ``np.array(tensor)`` copies (NumPy 2's ``__array__(copy=True)``): writing to it used to
+  change the tensor; ``np.asarray`` shares, as with torch; ``copy=False`` never copies.
 
 np.dot's rules and np.cross / np.inner / np.trace / np.vdot / np.outer /
 np.linalg.multi_dot: ``test_numpy_products.py`` (these helpers).
@@ -326,3 +328,17 @@ def test_linalg_promotion_elsewhere(interpreted):
     check(lambda a: np.linalg.inv(a), [A])
     x32 = A.astype(np.float32)
     assert gj.jit(lambda x: np.linalg.inv(x))(x32).dtype == np.float32   # float32 alone stays
+
+
+def test_np_array_of_a_tensor_is_a_copy_and_asarray_shares():
+    t = gj.tensor(np.array([1.0, 2.0]))
+    a = np.array(t)
+    a[0] = 5.0
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+    b = np.asarray(t)
+    b[1] = 7.0
+    np.testing.assert_array_equal(t.numpy(), [1.0, 7.0])
+    assert np.asarray(t, dtype=np.float32).dtype == np.float32
+    assert np.shares_memory(np.asarray(t, copy=False), t.numpy())
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(t, dtype=np.float32, copy=False)
