@@ -49,6 +49,15 @@ _ADVICE = ("the value of a traced array is not known while gj.jit / gj.grad trac
            "configuration value.")
 
 
+_ARRAY_ADVICE = (
+    "NumPy asked for the numbers of a traced array (np.asarray of it), which are not known "
+    "while gj.jit / gj.grad trace the function. Either a NumPy function gradjit does not "
+    "trace received it (the README's section 'NumPy inside gj.jit / gj.grad' lists those "
+    "that are traced), or a list of traced arrays went where NumPy makes one array of it: "
+    "a ufunc method such as np.maximum.reduce([a, b]) or np.add.accumulate([a, b]); "
+    "stack the list first (np.maximum.reduce(np.stack([a, b]))).")
+
+
 _STORE_ADVICE = ("a traced value cannot be stored into a NumPy array (out[i] = v): this array "
                  "was made outside the traced function, by a library, with an integer dtype, "
                  "or by a zeros / empty / full name gradjit did not reach (bound outside the "
@@ -121,7 +130,10 @@ class Tracer(NumpyMethods, ArrayOps):
         return Tracer(self.graph, self.value)
 
     def __array__(self, dtype=None, copy=None):
-        self._fail("np.asarray() of a traced array (a NumPy function gradjit does not trace)")
+        if _storing_into_array():
+            self._fail("np.asarray() of a traced array")
+        # Not control flow: NumPy wants the numbers, in a call gradjit does not trace.
+        raise TracerValueError(_ARRAY_ADVICE, user_site())
 
     def _const(self, array):
         return constant(self.graph, array)
