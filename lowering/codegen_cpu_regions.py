@@ -57,13 +57,30 @@ def _stack_store(e, depth, dst, src, shape):
         e.emit(depth, line)
 
 
+def _inputs(e, node):
+    """The names a region node passes its inputs by: a strided one (a reversed slice, a
+    transpose) copied to C order first. A body is generated for C-ordered inputs (its
+    reshapes are views), and a carried value must keep one type across the loop: a strided
+    first carry beside C results made Numba type the carry, and the node's result, as
+    strided, which the code after it did not expect."""
+    names = []
+    for v in node.inputs:
+        if v.ndim and e.layout.get(v, "C") != "C":
+            e.emit(1, f"qc{v.id} = al.contiguous(v{v.id})")
+            names.append(f"qc{v.id}")
+        else:
+            names.append(f"v{v.id}")
+    e.imports.add("from gradjit.lowering import alloc_cpu as al")
+    return names
+
+
 def _scan(e, node):
     a = node.attrs
     body = a["body"].graph
     nc, nx, n = a["n_carry"], a["n_x"], a["length"]
     ny = len(body.outputs) - nc
     fn, cs = region_function(e, body, "scan")
-    ins = [f"v{v.id}" for v in node.inputs]
+    ins = _inputs(e, node)
     xs, caps = ins[nc:nc + nx], ins[nc + nx:]
     c_out, ys, stack = node.outputs[:nc], node.outputs[nc:nc + ny], node.outputs[nc + ny:]
     u = node.outputs[0].id if node.outputs else id(node)
@@ -106,7 +123,7 @@ def _cond(e, node):
     t_fn, t_cs = region_function(e, a["true_body"].graph, "cond_true")
     f_fn, f_cs = region_function(e, a["false_body"].graph, "cond_false")
     u = node.outputs[0].id if node.outputs else id(node)
-    args = [f"v{v.id}" for v in node.inputs[1:]]
+    args = _inputs(e, node)[1:]
     e.emit(1, f"if v{node.inputs[0].id}:", node)
     _call_into(e, None, u, t_fn, t_cs, args, 2)
     e.emit(1, "else:")
@@ -117,7 +134,7 @@ def _cond(e, node):
 def _call(e, node):
     fn, cs = region_function(e, node.attrs["body"].graph, "checkpoint")
     u = node.outputs[0].id if node.outputs else id(node)
-    _call_into(e, node, u, fn, cs, [f"v{v.id}" for v in node.inputs])
+    _call_into(e, node, u, fn, cs, _inputs(e, node))
     _results(e, node, u)
 
 
@@ -127,7 +144,7 @@ def _while(e, node):
     c_fn, c_cs = region_function(e, a["cond_body"].graph, "while_cond")
     b_fn, b_cs = region_function(e, a["body"].graph, "while_body")
     u = node.outputs[0].id if node.outputs else id(node)
-    ins = [f"v{v.id}" for v in node.inputs]
+    ins = _inputs(e, node)
     for i in range(nc):
         e.emit(1, f"qk{u}_{i} = {ins[i]}", node if i == 0 else None)
     carry = [f"qk{u}_{i}" for i in range(nc)]

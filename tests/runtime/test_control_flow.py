@@ -199,3 +199,20 @@ def test_forward_mode_through_scan(rng):
     def ys(w):
         return gj.scan(lambda c, x: (np.sin(c * w) + x, c), np.ones(3), xs)[1]
     np.testing.assert_allclose(gj.jacfwd(ys)(w), gj.jacrev(ys)(w), rtol=1e-10, atol=1e-12)
+
+
+def test_a_strided_first_carry_is_copied_to_c_order_before_the_loop():
+    # x.reshape(...)[::-1] is a strided view: as the loop's first carry beside the body's
+    # C-ordered results, Numba typed the carry (and the loop's result) strided, and the
+    # reshape after the loop failed to compile (found by the random programs, seed 407124).
+    from gradjit.runtime import tiers
+
+    def f(x):
+        v5 = x.reshape((2, 8))[::-1]
+        v6 = gj.fori_loop(0, 3, lambda i, c: np.sin(c) + 0.5 * c * v5, v5)
+        return (v6[None, :, 1:2] * 3.0).sum() + (v6 * np.arange(16.0).reshape(2, 8)).sum()
+
+    x = np.random.default_rng(0).random((4, 4))
+    with tiers.forced("sync"):
+        np.testing.assert_allclose(gj.jit(f)(x), f(x), rtol=1e-13)
+        np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
