@@ -21,6 +21,7 @@ Contract
 """
 from __future__ import annotations
 
+from gradjit.lowering.restack import rewire
 from gradjit.tracer.api import apply
 from gradjit.tracer.trace import Tracer
 
@@ -41,8 +42,14 @@ def merge_placements(graph):
         if new is None:
             del graph.nodes[mark:]
             continue
-        _rewire(graph, node, out, new, mark)
-        users = graph.users()
+        added = graph.nodes[mark:]
+        rewire(graph, node, out, new, mark)
+        for n in added:   # (kept up to date, not recomputed: one pass over the graph)
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        users[new] = users.pop(out, [])
+        if out in held:
+            held.add(new)
     return graph
 
 
@@ -139,15 +146,3 @@ def _sum(graph, parts):
 def _place(x, dim, sizes, lo, hi):
     return apply("slice_backward.default", [x], {"input_sizes": sizes, "dim": dim,
                                                  "start": lo, "end": hi, "step": 1})
-
-
-def _rewire(graph, last, old, new, mark):
-    """Readers of ``old`` read ``new``; the nodes made for ``new`` (from ``mark`` on) move
-    to right after ``last``, the sum's root (everything they read is before it)."""
-    added = graph.nodes[mark:]
-    del graph.nodes[mark:]
-    at = graph.nodes.index(last) + 1
-    graph.nodes[at:at] = added
-    for n in graph.nodes[at + len(added):]:
-        n.inputs = [new if v is old else v for v in n.inputs]
-    graph.outputs = [new if v is old else v for v in graph.outputs]

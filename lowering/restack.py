@@ -34,7 +34,7 @@ def restack(graph, roots=()):
         mark = len(graph.nodes)
         new = _rebuilt(graph, node, producer)
         if new is not None:
-            _rewire(graph, node, node.outputs[0], new, mark)
+            rewire(graph, node, node.outputs[0], new, mark)
             moved[node.outputs[0]] = new
     return moved
 
@@ -77,9 +77,10 @@ def _rebuilt(graph, node, producer):
     return x.value
 
 
-def _rewire(graph, last, old, new, mark):
+def rewire(graph, last, old, new, mark):
     """Readers of ``old`` read ``new``; the nodes made for ``new`` (from ``mark`` on) move
-    to right after ``last``, the cat (everything ``new`` reads is before it)."""
+    to right after ``last``, the node that made ``old`` (everything they read is before it).
+    Also used by ``placements``."""
     added = graph.nodes[mark:]
     del graph.nodes[mark:]
     at = graph.nodes.index(last) + 1

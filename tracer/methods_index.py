@@ -145,9 +145,7 @@ def cat(tensors, dim=0):
                                      if k != d):
             raise ShapeError(f"cat: sizes of tensors must match except in dimension {d}; got "
                              f"shapes {', '.join(str(tuple(t.shape)) for t in ts)}", user_site())
-    if len(ts) == 1:
-        return ts[0]
-    return apply("cat.default", ts, {"dim": d})
+    return apply("cat.default", ts, {"dim": d})   # (one part too: a new array, as torch)
 
 
 def stack(tensors, dim=0):

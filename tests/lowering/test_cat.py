@@ -137,3 +137,11 @@ def test_copies_of_same_shaped_parts_roll_into_one_loop():
     ins = [np.random.default_rng(k).normal(size=v.shape) for k, v in enumerate(g.inputs)]
     for got, want in zip(compile_graph(g)(ins), interpret(g, ins)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_one_part_is_a_new_array_not_the_part():
+    t = gj.tensor(np.arange(3.0), requires_grad=True)
+    c = gj.cat([t])
+    assert c is not t and c.grad_fn is not None
+    (c * c).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), 2 * np.arange(3.0))
