@@ -74,7 +74,7 @@ def fold_loops(graph, roots=()):
     if len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
         moved = _fold_runs(graph, roots)
     # the per-step values a folded loop stacked, when the program stacks them again
-    more = restack(graph, [moved.get(r, r) for r in roots])
+    more = restack(graph)
     moved = {k: more.get(v, v) for k, v in moved.items()}
     moved.update({k: v for k, v in more.items() if k not in moved})
     return moved

@@ -40,7 +40,6 @@ def merge_placements(graph):
         mark = len(graph.nodes)
         new = _regrouped(graph, leaves, users)
         if new is None:
-            del graph.nodes[mark:]
             continue
         added = graph.nodes[mark:]
         rewire(graph, node, out, new, mark)
@@ -93,25 +92,25 @@ def _regrouped(graph, leaves, users):
             rest.append(v)
         else:
             groups.setdefault(where[:2], {}).setdefault(where[2:], []).append(v.node.inputs[0])
+    plans = {key: _runs(sorted(rows)) for key, rows in groups.items()}
     total = sum(len(parts) for rows in groups.values() for parts in rows.values())
-    terms, placed = [Tracer(graph, v) for v in rest], 0
-    for (dim, sizes), rows in groups.items():
-        runs, loose = _runs(sorted(rows))
+    placed = 0   # placements left after the rewrite: overlapping parts, runs short of the dim
+    for (dim, sizes), (runs, loose) in plans.items():
+        placed += sum(len(groups[(dim, sizes)][r]) for r in loose)
+        placed += sum((run[0][0], run[-1][1]) != (0, sizes[dim]) for run in runs)
+    if placed >= total:
+        return None   # (decided before any node is made)
+    terms = [Tracer(graph, v) for v in rest]
+    for (dim, sizes), (runs, loose) in plans.items():
+        rows = groups[(dim, sizes)]
         for lo, hi in loose:   # rows overlapping other rows: placed as they were
-            for part in rows[(lo, hi)]:
-                terms.append(_place(Tracer(graph, part), dim, sizes, lo, hi))
-                placed += 1
+            terms += [_place(Tracer(graph, part), dim, sizes, lo, hi) for part in rows[(lo, hi)]]
         for run in runs:
             parts = [_sum(graph, rows[r]) for r in run]
             block = parts[0] if len(parts) == 1 else apply("cat.default", parts, {"dim": dim})
             lo, hi = run[0][0], run[-1][1]
-            if (lo, hi) == (0, sizes[dim]):
-                terms.append(block)
-            else:
-                terms.append(_place(block, dim, sizes, lo, hi))
-                placed += 1
-    if placed >= total:
-        return None
+            terms.append(block if (lo, hi) == (0, sizes[dim]) else
+                         _place(block, dim, sizes, lo, hi))
     out = terms[0]
     for t in terms[1:]:
         out = out + t

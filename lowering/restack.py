@@ -1,8 +1,8 @@
 """Concatenations that put one value back together, rewritten as that value or a view of it.
 
 Contract
-- ``restack(graph, roots=()) -> {old Value: new Value}`` rewrites ``graph`` in place, before
-  the adjoint is built on it (as ``fold_loops``; ``roots`` and the returned map likewise).
+- ``restack(graph) -> {old Value: new Value}`` rewrites ``graph`` in place, before the
+  adjoint is built on it (as ``fold_loops``; the returned map likewise).
 - A concatenation is one ``cat.default`` node. When its parts are, in order and tiling
   the whole result, the width-1 slices ``B[k]`` of one value ``B`` along one dim ``e``
   (``slice.Tensor``, through ``squeeze`` / ``unsqueeze`` / ``view`` nodes, which keep C
@@ -10,8 +10,8 @@ Contract
   a size-1 dim at ``d`` (``np.stack(parts, axis=d)``) gives ``B`` permuted, each part
   without it (``np.concatenate(parts, axis=d)``) gives that permutation with dims ``d``
   and ``d + 1`` merged. Anything else is left alone.
-- The old node is left dead for ``optimize`` to drop; readers, outputs and roots read
-  the new value.
+- The old node is left dead for ``optimize`` to drop; readers and outputs read the new
+  value (callers holding other values move them with the returned map).
 - Why: a Python loop that collects its states and stacks them is, once ``fold_loops``
   has made the loop a scan, the scan's stacked output sliced per step and stacked again:
   ``T`` slices put back together, and ``T`` slices again in the backward. (When a cat
@@ -25,7 +25,7 @@ from gradjit.tracer.trace import Tracer
 _VIEWS = {"squeeze.dim", "squeeze.default", "unsqueeze.default", "view.default"}
 
 
-def restack(graph, roots=()):
+def restack(graph):
     producer = {v: n for n in graph.nodes for v in n.outputs}
     moved = {}
     for node in list(graph.nodes):
