@@ -164,12 +164,14 @@ def entry_of(source):
 def generated_module(store, file_name, module_name, source, cache_base):
     """The generated module of ``source``: its file written for readers (where there is a
     store), executed from ``source``, its dispatchers given gradjit's verified Numba cache
-    (runtime/numba_cache.py) of class ``cache_base``."""
+    (runtime/numba_cache.py) of class ``cache_base``, and so are the library helpers it
+    calls."""
     mod = sys.modules.get(module_name)
     if mod is None:
         path = gensrc.module_path(store, "", file_name, source)
         mod = gensrc.import_source(module_name, source, path)
         numba_cache.attach(mod, store, file_name, cache_base)
+    numba_cache.adopt_library()   # (the helpers it calls, in modules it may have imported now)
     return mod
 
 
