@@ -56,10 +56,12 @@ def test_distinct_loops_do_not_grow_with_steps():
 
 
 def test_loops_differing_only_in_shape_share_a_function():
-    # input width 3 or 4 (= hidden): the same loops but for the extents, which the shared
-    # functions read from their arguments' shapes, so the same number of functions
-    n3, n4 = _source(30, inp=3).count("\ndef loop"), _source(30, inp=4).count("\ndef loop")
-    assert 0 < n3 == n4, (n3, n4)
+    # The shared functions read their extents from their arguments' shapes. Input width 4
+    # (= hidden) makes both weight gradients' outer products (4, 4), so they fuse into one
+    # pass where width 3 keeps two: other loops, but as few, whatever the trip count.
+    for inp in (3, 4):
+        n30, n60 = (_source(t, inp=inp).count("\ndef loop") for t in (30, 60))
+        assert 0 < n30 == n60 <= 10, (inp, n30, n60)
     assert "n0 = v" in _source(30, inp=3)
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from gradjit.runtime import blas_probe
 
 _HEAD = textwrap.dedent("""
@@ -49,6 +51,7 @@ def _child(tmp_path, body):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_a_first_gradient_without_blas_leaves_scipy_linalg_unimported(tmp_path):
     got = _child(tmp_path, """
         gj.grad(rnn, argnums=(0, 1, 2))(*rnn_args)
@@ -61,6 +64,7 @@ def test_a_first_gradient_without_blas_leaves_scipy_linalg_unimported(tmp_path):
     assert got["have_blas"] and got["restored"]
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_a_users_earlier_compile_keeps_numbas_own_probe(tmp_path):
     got = _child(tmp_path, """
         numba.njit(lambda x: x + 1)(1.0)   # Numba imports arraymath itself, with SciPy
@@ -71,6 +75,7 @@ def test_a_users_earlier_compile_keeps_numbas_own_probe(tmp_path):
     assert got["lsq_ok"] and got["njit_dot_ok"]
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_without_cython_blas_on_disk_numbas_probe_decides(tmp_path):
     got = _child(tmp_path, """
         blas_probe._cython_blas_on_disk = lambda: False

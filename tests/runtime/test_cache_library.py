@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import gradjit as gj
 from gradjit.lowering import alloc_cpu
@@ -64,6 +65,7 @@ def test_helpers_are_cached_in_the_store_not_the_package(tmp_path):
         os.path.join(gj.cache_dir(), "numba"))
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_processes_compiling_one_helper_at_once_keep_every_signature(tmp_path):
     # Four processes, three signatures each, all saved to one helper's index at once; a
     # fifth process then loads every signature from disk and gets each one's own code.
@@ -75,6 +77,7 @@ def test_processes_compiling_one_helper_at_once_keep_every_signature(tmp_path):
                    (os.listdir(pycache) if os.path.isdir(pycache) else []))
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_a_damaged_helper_index_is_discarded_and_rebuilt(tmp_path):
     _children(tmp_path, [SIGS[:2]])
     index = next(os.path.join(tmp_path, "numba", n) for n in os.listdir(tmp_path / "numba")

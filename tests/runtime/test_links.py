@@ -7,6 +7,7 @@ import pickle
 
 import numba
 import numpy as np
+import pytest
 
 import gradjit as gj
 from gradjit.runtime import compiler, links
@@ -99,6 +100,7 @@ def _store(monkeypatch, tmp_path):
     return cache_store.current()
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_a_fresh_process_loads_the_helpers_first_or_compiles_again(tmp_path, monkeypatch):
     first = rnn_child(tmp_path)
     assert first["stats"]["compiles"] == 1 and first["links"]["shared"] >= 2

@@ -112,6 +112,7 @@ def test_clear_errors_for_what_has_no_code(data):
         use32(w.astype(np.float32), x.astype(np.float32))
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_user_functions_cached_by_numba_across_processes(tmp_path):
     (tmp_path / "usermod.py").write_text(textwrap.dedent("""
         import numpy as np, numba, gradjit as gj

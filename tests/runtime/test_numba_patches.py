@@ -86,6 +86,7 @@ def _sorts_and_copies(x):   # compiled code calling np.argsort, np.copy and np.t
     return (s * np.tril(np.outer(x[0], x[0]))[0]).sum() + (y ** 2).sum()
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_numba_types_numpys_functions_while_a_trace_runs():
     """While a trace runs, np.copy & co. are gradjit's stand-ins in NumPy's namespace, for
     every thread. A compile meanwhile (gradjit's background tier, the user's @njit code)
@@ -117,6 +118,7 @@ def test_numba_types_numpys_functions_while_a_trace_runs():
     assert not isinstance(np.copy, Stand)
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_a_first_compile_and_imports_during_a_trace_leave_numpy_as_numba_knows_it(tmp_path):
     """A process whose first Numba compile (Numba imports its NumPy implementations then)
     and first import of numpy.ma and SciPy happen while a trace runs: every NumPy function
