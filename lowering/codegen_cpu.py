@@ -66,6 +66,7 @@ from gradjit.lowering.codegen_cpu_outline import OUTLINE_MIN_LOOPS, Outliner, ex
 from gradjit.lowering.codegen_cpu_roll import Block, roll
 from gradjit.lowering.codegen_cpu_roll_text import MIN_REPS
 from gradjit.lowering.codegen_cpu_rows import rows_axpy, rows_block, rows_dot, rows_end, rows_start
+from gradjit.lowering.codegen_cpu_sink import plan_sinks, stores as sink_store
 from gradjit.lowering.codegen_cpu_stmt import SMALL_TRANSPOSE, VIEW_OPS, stmt  # noqa: F401
 from gradjit.lowering.schedule import (REDUCTIONS, Loop, Stmt, reduced_dims, schedule,
                                       unit_map, unit_view)
@@ -141,6 +142,7 @@ class _Emitter:
         # Line numbers where a statement's lines start another block: a cat's parts are
         # copied one block each, so the roller makes many same-shaped copies one loop.
         self.breaks = []
+        self.sinks = {}   # Loop -> the cat blocks it stores (codegen_cpu_sink.py)
 
     # -- constants ---------------------------------------------------------------
     def const(self, value, dtype):
@@ -273,6 +275,8 @@ def _loop(e, loop, inline, generic=False):
         if v.ndim:
             shp = ext if v.shape == space else v.shape   # a unit-dims member: its own shape
             e.emit(1, f"v{v.id} = al.empty({shape_arg(shp)}, {_np_dtype(v.dtype)})")
+    for out in dict.fromkeys(sk[0] for sk in e.sinks.get(loop, ())):
+        e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})")
     scalar_red, array_red, split = [], [], []
     size = int(math.prod(space))
     for n in loop.reductions:
@@ -391,6 +395,8 @@ def _loop(e, loop, inline, generic=False):
         tgt = f"v{v.id}[{', '.join('0' if d is None else ix(d) for d in dims)}]" if v.ndim \
             else f"v{v.id}"
         e.emit(depth, f"{tgt} = {regs[v]}")
+    for sk in e.sinks.get(loop, ()):   # a cat's parts, into their blocks
+        e.emit(depth, f"{sink_store(sk, space, ix)} = {regs[sk[2]]}")
     for n in rowwise:   # after the innermost loop: the row's reduction into its element
         k, dims = n.outputs[0].id, reduced_dims(n)
         keep = n.attrs.get("keepdim", False)
@@ -459,6 +465,12 @@ class Part:
     consts: list
 
 
+def _rank_one(loop, inline, folds):
+    """The loop's lines if it is an outer product a cached helper computes, else None."""
+    return RANK_ONE and int(math.prod(loop.shape)) < PARALLEL_MIN and \
+        rank_one(loop, inline, folds)
+
+
 def generate(graph, name="entry", pack_inputs=False, part=False):
     e = _Emitter(graph)
     e.fast_math = os.environ.get("GRADJIT_FAST_MATH", "1") != "0"
@@ -472,16 +484,17 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
     # Without rolling, every loop is outlined when there are this many (see below).
     outline_every = not rolls and sum(isinstance(s, Loop) for s in steps) >= OUTLINE_MIN_LOOPS
     e.folds = view_folds(steps, graph) if FOLD_VIEWS else {}
+    e.sinks, sunk = plan_sinks(steps, graph, {s for s in steps if isinstance(s, Loop)
+                                              and not _rank_one(s, inline, e.folds)})
     blocks = []
     for step in steps:
-        if isinstance(step, Stmt) and step.node.outputs[0] in e.folds:
-            continue   # a view only loops read: they index its base
+        if step in sunk or isinstance(step, Stmt) and step.node.outputs[0] in e.folds:
+            continue   # a view only loops read (they index its base), or a cat's part
         mark, par = len(e.lines), e.parallel
         e.parallel = False
         big = False
         # (a loop that might run in parallel stays a loop)
-        r1 = RANK_ONE and isinstance(step, Loop) and int(math.prod(step.shape)) < PARALLEL_MIN \
-            and rank_one(step, inline, e.folds)
+        r1 = isinstance(step, Loop) and _rank_one(step, inline, e.folds)
         if r1:   # an outer product, or one added to an accumulator: a cached helper
             e.imports.add("from gradjit.lowering import blas_cpu as bl")
             e.emit(1, *r1)
@@ -490,6 +503,7 @@ def generate(graph, name="entry", pack_inputs=False, part=False):
             big = rolls and int(math.prod(step.shape)) >= OUTLINE_BIG
             _loop(e, step, inline, generic=big or outline_every)
             defs = {v.id for n in step.nodes for v in n.outputs}
+            defs |= {sk[0].id for sk in e.sinks.get(step, ())}
         else:
             stmt(e, step.node)
             defs = {v.id for v in step.node.outputs}
