@@ -5,7 +5,9 @@ Contract
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
   ``linalg_vector_norm``, ``_std_from_var``) decomposed into the primitive ops the code
   generators emit, sums over size-1 dims only made views, duplicate nodes
-  merged (CSE), sums of zero-padded placements regrouped into concatenations
+  merged (CSE), chains of shape-only views that end at their start's shape dropped (a
+  keepdim sum viewed as 0-d, then unsqueezed back: the value itself), sums of
+  zero-padded placements regrouped into concatenations
   (``lowering/placements.py``) and dead nodes removed (DCE). Inputs and their order are kept,
   so callers keep feeding the same arrays; captured constants travel along.
 - ``extract(graph, nodes, outputs)`` cuts the sub-graph made of ``nodes``
@@ -125,9 +127,16 @@ def optimize(graph):
     return dce(merge_placements(rebuild(graph)))
 
 
+# Views that keep the elements' order (C order in, C order out): a chain of them is a
+# reshape of its start, and the start itself when it ends at the start's shape.
+ORDER_VIEWS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"}
+
+
 def rebuild(graph, decompose=True, cse=True):
     new = Graph(graph.name)
     vmap = {}
+    start = {}   # new value made by an ORDER_VIEWS chain -> the chain's first input
+    returned = set(graph.outputs)
     for v in graph.inputs:
         nv = new.add_input(v.shape, v.dtype)
         vmap[v] = nv
@@ -139,6 +148,9 @@ def rebuild(graph, decompose=True, cse=True):
         key = (node.op, tuple(v.id for v in ins), tuple((k, _key_attr(a)) for k, a in node.attrs.items()))
         if cse and key in seen:
             outs = seen[key]
+        elif node.op in ORDER_VIEWS and node.outputs[0] not in returned and \
+                start.get(ins[0], ins[0]).shape == node.outputs[0].shape:
+            outs = [start.get(ins[0], ins[0])]   # (a round trip: the value itself)
         elif decompose and node.op in DECOMPOSITIONS and APPLIES.get(node.op, _always)(node, *ins):
             new.site_override = node.site
             res = DECOMPOSITIONS[node.op](*[Tracer(new, v) for v in ins], **node.attrs)
@@ -149,6 +161,8 @@ def rebuild(graph, decompose=True, cse=True):
             outs = new.add_node(node.op, ins, attrs,
                                 [(v.shape, v.dtype) for v in node.outputs], node.site)
         seen[key] = outs
+        if node.op in ORDER_VIEWS and outs[0] is not start.get(ins[0], ins[0]):
+            start[outs[0]] = start.get(ins[0], ins[0])
         vmap.update(zip(node.outputs, outs))
     new.outputs = [vmap[v] for v in graph.outputs]
     return new

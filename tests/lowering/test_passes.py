@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+import gradjit as gj
+
 from gradjit.lowering.passes import dce, extract, optimize, prune_inputs, rebuild
 from gradjit.lowering.schedule import schedule
 from gradjit.tracer.interp import interpret
@@ -240,3 +242,22 @@ def test_extract_of_adjoint_nodes_matches_whole_graph(xy):
     (got,) = interpret(sub, fed)
     t = np.tanh(xy[0] * xy[1])
     np.testing.assert_allclose(got, (1 - t * t) * xy[1])
+
+
+def test_a_round_trip_of_views_is_the_value_itself(rng):
+    # a keepdim sum viewed as 0-d and unsqueezed back (a parameter's gradient), and a
+    # reshape there and back: no view left between the values and their readers
+    def f(x, y):
+        s = x.sum(axis=0, keepdims=True)[:1]         # (1,)
+        back = s.reshape(()).reshape((1,)) * 2.0
+        z = y.reshape(12).reshape(4, 3).reshape(3, 4)
+        return back, z * y, z.reshape(4, 3)          # (a returned view stays a node)
+    x, y = rng.standard_normal((4,)), rng.standard_normal((3, 4))
+    g = gj.jit(f).graphs(x, y)[0]
+    assert sum(n.op == "view.default" for n in g.nodes) == 6   # (as traced)
+    o = optimize(g)
+    views = [n for n in o.nodes if n.op in ("view.default", "unsqueeze.default",
+                                            "squeeze.dim", "squeeze.default")]
+    assert len(views) == 1 and views[0].outputs[0] in o.outputs, ops(o)
+    for a, b in zip(interpret(o, [x, y]), f(x, y)):
+        np.testing.assert_allclose(a, b)
