@@ -85,6 +85,10 @@ def test_quick_run_end_to_end_writes_tables_and_json(tmp_path):
     cold, warm = fresh["gradjit-jit"]["cold"], fresh["gradjit-jit"]["warm"]
     assert cold["stats"]["compiles"] >= 1 and warm["stats"]["compiles"] == 0
     assert warm["stats"]["disk_hits"] >= 1 and fresh["gradjit-jit"]["warm_ok"] is True
+    # a new program on a used machine: its own entry compiled, the helpers' code loaded
+    new = fresh["gradjit-jit"]["new"]
+    assert new["stats"]["compiles"] == 1 and np.isfinite(new["compiled_s"])
+    assert "| new program: compiled s |" in r.stdout
     assert np.isfinite(cold["first_grad_s"]) and "warm" in fresh["numba"]
 
 
