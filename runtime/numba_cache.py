@@ -26,8 +26,8 @@ cache dir sends it to another one; for the helpers, the package's own ``__pycach
 Its index is read, extended and written back without a lock: two processes compiling
 different signatures of one helper at once (pytest-xdist, process pools) both name their
 data file ``.1.nbc``, and the index one keeps can point at the other's machine code (a
-spawned worker of CI then found its helper missing and compiled everything again). The Cache class, its key and its (de)serialisation
-of compile results stay Numba's.
+spawned worker of CI then found its helper missing and compiled everything again). The
+Cache class, its key and its (de)serialisation of compile results stay Numba's.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class VerifiedIndex:
 
     def _where(self):
         """(store, its numba folder, this index's path), or None without a store."""
-        store = self._fixed or cache_store.current()
+        store = self._fixed if self._fixed is not None else cache_store.current()
         if store is None:
             return None
         folder = store.path("numba")
@@ -155,9 +155,13 @@ class _LibraryLocator(_Locator):
     """A library helper's locator: the folder is resolved at each use (``VerifiedIndex``
     with no fixed store), the stamp is its source file's content hash."""
 
+    _STAMPS = {}   # source file -> its content hash
+
     def __init__(self, py_file, lineno):
-        with open(py_file, "rb") as f:
-            stamp = hashlib.sha256(f.read()).hexdigest()
+        stamp = self._STAMPS.get(py_file)
+        if stamp is None:
+            with open(py_file, "rb") as f:
+                stamp = self._STAMPS[py_file] = hashlib.sha256(f.read()).hexdigest()
         super().__init__(None, os.path.dirname(py_file), stamp, lineno)
         self._py_file = py_file
 
@@ -199,16 +203,13 @@ def attach(module, store, stamp, base):
 
 
 _ADOPTED = set()   # library modules whose helpers have gradjit's cache
-_SEEN = [0]        # len(sys.modules) at the last look
 LIBRARY = "gradjit.lowering."
 
 
 def adopt_library():
-    if len(sys.modules) == _SEEN[0]:
-        return
-    _SEEN[0] = len(sys.modules)
-    for name, module in list(sys.modules.items()):
-        if not name.startswith(LIBRARY) or name in _ADOPTED or module is None:
+    for name in [n for n in list(sys.modules) if n.startswith(LIBRARY) and n not in _ADOPTED]:
+        module = sys.modules.get(name)
+        if module is None:
             continue
         _ADOPTED.add(name)
         for disp in list(vars(module).values()):
