@@ -18,9 +18,7 @@ had nine such stacks, a fifth of its lines, and Numba's compile follows the line
 """
 from __future__ import annotations
 
-from gradjit.lowering.schedule import REDUCTIONS, Loop, Stmt, squeezed, unit_map
-
-_VIEWS = {"unsqueeze.default", "squeeze.dim", "squeeze.default", "view.default"}
+from gradjit.lowering.schedule import ORDER_VIEWS, REDUCTIONS, Loop, Stmt, squeezed, unit_map
 
 
 def plan_sinks(steps, graph, loops):
@@ -39,7 +37,7 @@ def plan_sinks(steps, graph, loops):
             v, chain = part, []
             while v not in home:
                 vs = view_step.get(v)
-                if vs is None or vs.node.op not in _VIEWS or v in outputs \
+                if vs is None or vs.node.op not in ORDER_VIEWS or v in outputs \
                         or len(users.get(v, [])) != 1:
                     break
                 chain.append(vs)

@@ -18,6 +18,7 @@ Contract
 from __future__ import annotations
 
 from gradjit.lowering.placements import merge_placements
+from gradjit.lowering.schedule import ORDER_VIEWS
 from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.ops import reduces_nothing
@@ -125,11 +126,6 @@ def _always(node, *ins):
 
 def optimize(graph):
     return dce(merge_placements(rebuild(graph)))
-
-
-# Views that keep the elements' order (C order in, C order out): a chain of them is a
-# reshape of its start, and the start itself when it ends at the start's shape.
-ORDER_VIEWS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"}
 
 
 def rebuild(graph, decompose=True, cse=True):

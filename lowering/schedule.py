@@ -61,6 +61,10 @@ from gradjit.tracer.registry import get_op
 REDUCTIONS = {"sum.default", "sum.dim_IntList", "amax.default", "amin.default", "prod.default",
               "prod.dim_int"}
 CONSTANT_OPS = {"zeros_like.default": 0, "ones_like.default": 1}
+# Views that keep the elements' order (C order in, C order out): a chain of them is a
+# reshape of its start (lowering/passes.py drops round trips; codegen_cpu_sink.py looks
+# through them to a stacked register).
+ORDER_VIEWS = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default"}
 FLOATING = {"view.default", "squeeze.default", "squeeze.dim", "unsqueeze.default",
             "permute.default", "transpose.int", "t.default", "slice.Tensor", "expand.default",
             "select.int"}
