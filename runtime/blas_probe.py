@@ -12,6 +12,9 @@ Contract
   from the disk cache is not compiled).
 - Where Numba's layout differs, or arraymath is already imported (the user's own
   ``@njit`` code compiled first), nothing changes.
+- It also imports Numba's implementations of ``np.random`` (``numba.np.random.legacy``
+  and the Generator modules): they read ``np.random.<name>`` when imported, which
+  must be NumPy's function, not a trace's stand-in (tracer/coercion.py).
 
 Why: ``numba.np.arraymath`` asks at import time whether BLAS is available, by
 importing ``scipy.linalg.cython_blas``; that runs ``scipy.linalg``'s package
@@ -56,6 +59,11 @@ def prepare():
             _DONE[0] = True
             if "numba.np.arraymath" not in sys.modules:
                 _import_arraymath()
+            for name in ("numba.np.random.legacy", "numba.np.random.generator_methods"):
+                try:
+                    importlib.import_module(name)
+                except ImportError:   # another Numba layout: its own modules
+                    pass
 
 
 def _import_arraymath():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 
 import numpy as np
 
@@ -33,9 +34,9 @@ from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer import pytree
 from gradjit.lowering.fold_loops import fold_loops
-from gradjit.tracer.coercion import traced_numpy
+from gradjit.tracer.coercion import swapped, traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
-from gradjit.tracer.rng_guard import reachable, rng_guard
+from gradjit.tracer.rng_guard import StreamMovedError, reachable, rng_guard
 from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
 
 
@@ -207,12 +208,12 @@ class _Transformed:
         return g, Call(call_args, call_kwargs), arg_values
 
     def _build(self, traced, layout):
-        g, call, arg_values = self._trace_leaves(traced, layout)
-        statics = [x for x in pytree.flatten((list(call), call.kwargs))[0]
-                   if not isinstance(x, Tracer)]
-        with rng_guard(f"gj.{type(self).__name__}({self.__name__})", reachable(self.fn, statics)), \
-                traced_numpy(g, self.fn):
-            tree = self._trace_body(g, call, arg_values)
+        with swapped(self.fn):   # (np.random's stand-ins before the guard: tracer/rng_guard.py)
+            try:
+                g, tree, arg_values = self._guarded_trace(traced, layout)
+            except StreamMovedError:   # maybe another thread's draw the stand-ins missed
+                time.sleep(0.01)       # (let the other threads run past it, then tell)
+                g, tree, arg_values = self._guarded_trace(traced, layout)
         g.view_tree = None
         updates = _hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
@@ -225,6 +226,15 @@ class _Transformed:
             exe = compile_graph_cuda(optimize(g))
             return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
         return _with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
+
+    def _guarded_trace(self, traced, layout):
+        g, call, arg_values = self._trace_leaves(traced, layout)
+        statics = [x for x in pytree.flatten((list(call), call.kwargs))[0]
+                   if not isinstance(x, Tracer)]
+        with traced_numpy(g, self.fn), \
+                rng_guard(f"gj.{type(self).__name__}({self.__name__})", reachable(self.fn, statics)):
+            tree = self._trace_body(g, call, arg_values)
+        return g, tree, arg_values
 
     def graphs(self, *args, **kwargs):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""

@@ -31,6 +31,8 @@ Contract
   and of the user's functions it reaches (through its globals, modules, closure
   and defaults: tracer/user_code.py; ``traced_numpy(graph, fn)``), each dict counted like the module and
   restored by the last trace using it (a name rebound meanwhile is left alone).
+- np.random's functions drawing from its global stream are swapped too (and names bound to
+  them): ``rng_guard.global_draw`` tells the tracing thread's draws from other threads'.
 - ``np.zeros`` / ``np.ones`` / ``np.empty`` / ``np.full`` called by the tracing
   thread make traced constants when their dtype is floating (buffers the
   function may fill: ``tracer/tracer_setitem.py``); ``np.array`` of a traced
@@ -48,6 +50,7 @@ from gradjit.tracer import user_code
 from gradjit.tracer.hooks import HOOKS, Stand
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.rng_guard import global_draw
 from gradjit.tracer.trace import PENDING_STORE
 from gradjit.tracer.tracer_setitem import buffer
 
@@ -168,6 +171,7 @@ def _buffer(orig):
 
 
 def _wrappers():
+    """{(module, name): stand-in} for the NumPy functions a trace swaps."""
     from gradjit.tracer.numpy_protocol import _FUNCTIONS
     out = {name: Stand(_coercer(getattr(np, name)), getattr(np, name)) for name in _COERCE}
     out.update({name: Stand(_buffer(getattr(np, name)), getattr(np, name)) for name in _BUFFERS})
@@ -180,7 +184,26 @@ def _wrappers():
         if (name and name not in _SEQUENCE_FIRST and getattr(np, name, None) is fn
                 and name not in out):
             out[name] = Stand(_first_arg(fn), fn)
-    return out
+    swaps = {(np, name): w for name, w in out.items()}
+    swaps.update({(np.random, name): Stand(_draw(fn), fn) for name, fn in _global_draws()})
+    return swaps
+
+
+def _global_draws():
+    """np.random's functions that draw from (or reseed) its global stream."""
+    stream = np.random.mtrand._rand
+    for name in dir(np.random):
+        fn = getattr(np.random, name)
+        if name != "get_state" and (getattr(fn, "__self__", None) is stream or name in (
+                "seed", "ranf", "sample")):
+            yield name, fn
+
+
+def _draw(orig):
+    def draw(*args, **kwargs):
+        return global_draw(orig, args, kwargs)
+    draw.__wrapped__ = orig
+    return draw
 
 
 def _patch_globals(glb):
@@ -220,18 +243,7 @@ def traced_numpy(graph, fn=None):
     stack.append(graph)
     PENDING_STORE.error = None
     dicts = user_code.user_globals(fn) if fn is not None else []
-    HOOKS.numba_ready()   # (before any swap: see the contract)
-    with _LOCK:
-        if _STATE["depth"] == 0:
-            wrappers = _wrappers()
-            _STATE["saved"] = {name: getattr(np, name) for name in wrappers}
-            _STATE["by_id"] = {id(orig): (orig, wrappers[name])
-                               for name, orig in _STATE["saved"].items()}
-            for name, w in wrappers.items():
-                setattr(np, name, w)
-        _STATE["depth"] += 1
-        for glb in dicts:
-            _patch_globals(glb)
+    _install(dicts)
     try:
         yield
     except ValueError as e:   # NumPy's own error for a traced value stored into its array
@@ -241,11 +253,42 @@ def traced_numpy(graph, fn=None):
         raise
     finally:
         stack.pop()
-        with _LOCK:
-            for glb in dicts:
-                _unpatch_globals(glb)
-            _STATE["depth"] -= 1
-            if _STATE["depth"] == 0:
-                for name, fn in _STATE["saved"].items():
-                    setattr(np, name, fn)
-                _STATE["saved"], _STATE["by_id"] = {}, {}
+        _uninstall(dicts)
+
+
+@contextlib.contextmanager
+def swapped(fn=None):
+    """The stand-ins in place (for all threads) across several traces: a transform that
+    may trace its function again (runtime/transforms.py) keeps them from one to the next."""
+    dicts = user_code.user_globals(fn) if fn is not None else []
+    _install(dicts)
+    try:
+        yield
+    finally:
+        _uninstall(dicts)
+
+
+def _install(dicts):
+    HOOKS.numba_ready()   # (before any swap: see the contract)
+    with _LOCK:
+        if _STATE["depth"] == 0:
+            wrappers = _wrappers()
+            _STATE["saved"] = {(mod, name): getattr(mod, name) for mod, name in wrappers}
+            _STATE["by_id"] = {id(orig): (orig, wrappers[key])
+                               for key, orig in _STATE["saved"].items()}
+            for (mod, name), w in wrappers.items():
+                setattr(mod, name, w)
+        _STATE["depth"] += 1
+        for glb in dicts:
+            _patch_globals(glb)
+
+
+def _uninstall(dicts):
+    with _LOCK:
+        for glb in dicts:
+            _unpatch_globals(glb)
+        _STATE["depth"] -= 1
+        if _STATE["depth"] == 0:
+            for (mod, name), fn in _STATE["saved"].items():
+                setattr(mod, name, fn)
+            _STATE["saved"], _STATE["by_id"] = {}, {}

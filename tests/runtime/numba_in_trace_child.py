@@ -13,14 +13,16 @@ from gradjit.tracer.ir import Graph
 ones = np.ones(3)
 with traced_numpy(Graph("outer")):
     assert isinstance(np.tril, Stand) and np.tril.__qualname__ == "tril"
+    assert isinstance(np.random.normal, Stand)
     import numpy.ma  # noqa: F401  (reads np.angle.__qualname__ at import)
     import scipy.special  # noqa: F401
 
     @numba.njit
     def first(v):   # the process's first compile, inside the trace
-        return v.sum()
+        np.random.seed(1)
+        return v.sum() + np.random.normal()
 
-    first(ones)   # (np.ones here would make a traced buffer: this thread traces)
+    assert first(ones) == first(ones)   # (Numba's own stream, reseeded: np.random.seed typed)   # (np.ones here would make a traced buffer: this thread traces)
 
 
 @numba.njit
