@@ -98,14 +98,108 @@ def contiguous(a):
     return np.ascontiguousarray(a)
 
 
+# ``assign`` and ``transpose`` are written out per rank rather than as ``dst[...] = src``
+# and ``np.transpose(a, axes)``: Numba's versions compile a formatted error message (its
+# string machinery: about 3 s the first time a process compiles each, 0.4-1.5 s per
+# signature after), where these loops and views compile in about 0.1 s.
+
+def _ranked(name, table):
+    """A function Numba types by its first argument's rank: ``table[ndim]``."""
+    def stub(a, b):
+        raise NotImplementedError(name)
+    stub.__name__ = name
+
+    @numba.extending.overload(stub, jit_options={"error_model": "numpy"})
+    def typed(a, b):
+        return table.get(a.ndim, table[-1])
+    return stub
+
+
+def _copy0(a, b):
+    a.reshape((1,))[0] = b.reshape((1,))[0]   # (a 0-d array is contiguous)
+
+
+def _copy1(a, b):
+    for i in range(a.shape[0]):
+        a[i] = b[i]
+
+
+def _copy2(a, b):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            a[i, j] = b[i, j]
+
+
+def _copy3(a, b):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            for k in range(a.shape[2]):
+                a[i, j, k] = b[i, j, k]
+
+
+def _copy4(a, b):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            for k in range(a.shape[2]):
+                for m in range(a.shape[3]):
+                    a[i, j, k, m] = b[i, j, k, m]
+
+
+def _copy_any(a, b):
+    for idx in np.ndindex(a.shape):
+        a[idx] = b[idx]
+
+
+_copy = _ranked("copy", {0: _copy0, 1: _copy1, 2: _copy2, 3: _copy3, 4: _copy4,
+                         -1: _copy_any})
+
+
+def _view1(a, b):
+    return np.lib.stride_tricks.as_strided(a, (a.shape[b[0]],), (a.strides[b[0]],))
+
+
+def _view2(a, b):
+    sh, st = a.shape, a.strides
+    return np.lib.stride_tricks.as_strided(a, (sh[b[0]], sh[b[1]]), (st[b[0]], st[b[1]]))
+
+
+def _view3(a, b):
+    sh, st = a.shape, a.strides
+    return np.lib.stride_tricks.as_strided(a, (sh[b[0]], sh[b[1]], sh[b[2]]),
+                                           (st[b[0]], st[b[1]], st[b[2]]))
+
+
+def _view4(a, b):
+    sh, st = a.shape, a.strides
+    return np.lib.stride_tricks.as_strided(a, (sh[b[0]], sh[b[1]], sh[b[2]], sh[b[3]]),
+                                           (st[b[0]], st[b[1]], st[b[2]], st[b[3]]))
+
+
+def _view5(a, b):
+    sh, st = a.shape, a.strides
+    return np.lib.stride_tricks.as_strided(
+        a, (sh[b[0]], sh[b[1]], sh[b[2]], sh[b[3]], sh[b[4]]),
+        (st[b[0]], st[b[1]], st[b[2]], st[b[3]], st[b[4]]))
+
+
+def _view_any(a, b):
+    return np.transpose(a, b)
+
+
+_permuted = _ranked("permuted", {1: _view1, 2: _view2, 3: _view3, 4: _view4, 5: _view5,
+                                 -1: _view_any})
+
+
 @jit
 def transpose(a, axes):
-    return np.transpose(a, axes)
+    """``np.transpose(a, axes)``: a view (``axes`` a permutation, as generated code passes)."""
+    return _permuted(a, axes)
 
 
 @jit
 def assign(dst, src):
-    dst[...] = src
+    """``dst[...] = src`` of two arrays of one shape (as generated code passes them)."""
+    _copy(dst, src)
 
 
 @jit
