@@ -13,10 +13,6 @@ Contract
   each cold compile (``reshape``: Numba's reshape lowering compiles a
   subroutine, ``normalize_reshape_value``, once per process, uncached).
   ``forceinline``: no call overhead in the caller's loops.
-- ``eigh_upper64(a)`` / ``eigh_upper32(a)``: ``np.linalg.eigh(a, UPLO='U')`` (Numba's has
-  only 'L'), through Numba's own LAPACK entry, so the eigenvector signs are LAPACK's for
-  the upper triangle, as NumPy's. Unlike Numba's eigh it does not check for NaN (NumPy
-  returns NaNs, as this does).
 - ``total(a, n)``: the sum of the first ``n`` elements of a 1-D float array,
   in float64, over 16 lanes (then the lanes, then the tail). Large fused
   loops store the operand of their full-sum reductions block by block and
@@ -205,48 +201,6 @@ def assign(dst, src):
 @jit
 def reshape(a, shape):
     return a.reshape(shape)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def qr_complete(a):
-    """``np.linalg.qr(a, mode='complete')`` of an (m, n) matrix, m > n (Numba's has only
-    the reduced mode): see lowering/codegen_cpu_linalg.py."""
-    m, n = a.shape
-    pad = np.zeros((m, m), a.dtype)
-    pad[:, :n] = a
-    q, r = np.linalg.qr(pad)
-    return q, np.ascontiguousarray(r[:, :n])
-
-
-def _xxxevd(dtype):
-    """Numba's own LAPACK entry for ``np.linalg.eigh`` (a symbol of its helper library,
-    resolved by name, so generated code that calls it still caches): Numba's
-    ``np.linalg.eigh`` fixes ``uplo`` to 'L'; this one takes it."""
-    t = numba.from_dtype(np.dtype(dtype))
-    return numba.types.ExternalFunction("numba_ez_xxxevd", numba.types.intc(
-        numba.types.char, numba.types.char, numba.types.char, numba.types.intp,
-        numba.types.CPointer(t), numba.types.intp, numba.types.CPointer(t)))
-
-
-def _eigh_upper(dtype, kind):
-    evd = _xxxevd(dtype)
-
-    @numba.njit(cache=True, error_model="numpy")
-    def eigh_upper(a):
-        """``np.linalg.eigh(a, UPLO='U')`` of a square matrix: LAPACK's ``syevd`` on the
-        upper triangle, so the eigenvectors' signs are NumPy's for 'U' (they differ from
-        'L''s). Eigenvectors in Fortran order, as Numba's eigh."""
-        n = a.shape[-1]
-        v = a.T.copy().T               # a Fortran-order copy: LAPACK overwrites it
-        w = np.empty(n, a.dtype)
-        if evd(kind, 86, 85, n, v.ctypes, n, w.ctypes) != 0:   # jobz 'V', uplo 'U'
-            raise ValueError("eigh: LAPACK syevd did not converge")
-        return w, v
-    return eigh_upper
-
-
-# generated code calls al.eigh_upper64 / al.eigh_upper32 (codegen_cpu_linalg.py)
-eigh_upper64, eigh_upper32 = _eigh_upper(np.float64, ord("d")), _eigh_upper(np.float32, ord("s"))
 
 
 LANES = 16

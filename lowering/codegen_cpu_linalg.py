@@ -3,17 +3,13 @@
 Contract
 - ``LINALG_KERNELS`` maps each ``linalg_*`` op to an emitter
   ``fn(e, node)`` (merged into ``codegen_cpu_kernels.KERNELS``). Each op is one
-  ``np.linalg`` call per matrix (Numba lowers them to LAPACK in nopython mode):
+  call per matrix of a cached helper of ``linalg_cpu.py`` (``la.solve`` ...: Numba's
+  ``np.linalg``, lowered to LAPACK, compiled once per machine):
   a plain statement for a 2-D input; for batched inputs ``(*, m, n)`` the
   operands are made C-contiguous and viewed as ``(B, m, n)``, a loop over B
   writes fresh output arrays, which are then viewed with the batch shape.
-- ``linalg_qr.complete`` (m > n) is ``al.qr_complete``: Numba's QR of A padded with zero
-  columns to a square, R cut back to n columns. The padding's Householder reflectors are
-  the identity (tau = 0 for a zero column), so Q is what LAPACK's orgqr makes from A's n
-  reflectors: NumPy's mode='complete' Q.
-- ``linalg_solve_triangular`` is ``np.linalg.solve`` on the masked triangle
-  (``np.tril`` / ``np.triu``, unit diagonal when ``unitriangular``); the
-  right-sided form solves the transposed system.
+- ``linalg_qr.complete`` (m > n) is ``la.qr_complete``; ``linalg_solve_triangular`` is
+  ``la.solve_triangular_left`` / ``_right`` (``np.linalg.solve`` on the masked triangle).
 - 0-d results (``det`` / ``slogdet`` of one matrix) are scalars cast to the
   output dtype, as everywhere in the generated code.
 - An op whose results are all empty (a size-0 batch, matrix or right-hand side)
@@ -34,39 +30,21 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 
 
-def _tri(a, n, at, dt):
-    fn = "np.triu" if at["upper"] else "np.tril"
-    if at["unitriangular"]:
-        k = 1 if at["upper"] else -1
-        return f"({fn}({a}, {k}) + np.eye({n}, dtype={_np_dtype(dt)}))"
-    return f"{fn}({a})"
-
-
 def _call(node, args):
     """The expression computing the op's result(s) for 2-D operands ``args``."""
     op, at = node.op, node.attrs
     a = args[0]
-    simple = {"linalg_inv.default": "np.linalg.inv({0})", "linalg_det.default": "np.linalg.det({0})",
-              "linalg_slogdet.default": "np.linalg.slogdet({0})",
-              "linalg_solve.default": "np.linalg.solve({0}, {1})",
-              "linalg_cholesky.default": "np.linalg.cholesky({0})",
-              "linalg_qr.default": "np.linalg.qr({0})", "linalg_eigh.default": "np.linalg.eigh({0})",
-              "linalg_pinv.default": "np.linalg.pinv({0})"}
     if op == "linalg_eigh.default" and at["upper"]:   # Numba's eigh has only UPLO='L'
         bits = 64 if node.inputs[0].dtype == np.float64 else 32
-        return f"al.eigh_upper{bits}({a})"
-    if op in simple:
-        return simple[op].format(*args)
-    if op == "linalg_qr.complete":
-        return f"al.qr_complete({a})"
+        return f"la.eigh_upper{bits}({a})"
     if op == "linalg_svd.default":
-        return f"np.linalg.svd({a}, full_matrices={bool(at['full_matrices'])})"
-    # linalg_solve_triangular
-    tri = _tri(a, node.inputs[0].shape[-1], at, node.inputs[0].dtype)
-    if at["left"]:
-        return f"np.linalg.solve({tri}, {args[1]})"
-    return (f"np.linalg.solve(al.contiguous({tri}.T), "
-            f"al.contiguous({args[1]}.T)).T.copy()")
+        return f"la.svd({a}, {bool(at['full_matrices'])})"
+    if op == "linalg_solve_triangular.default":
+        side = "left" if at["left"] else "right"
+        return (f"la.solve_triangular_{side}({a}, {args[1]}, {bool(at['upper'])}, "
+                f"{bool(at['unitriangular'])})")
+    name = "qr_complete" if op == "linalg_qr.complete" else op[len("linalg_"):-len(".default")]
+    return f"la.{name}({', '.join(args)})"
 
 
 # Memory order (as Numba types it) of each 2-D result of the single-matrix call.
@@ -88,6 +66,7 @@ def _layouts(node):
 
 
 def _linalg(e, node):
+    e.imports.add("from gradjit.lowering import linalg_cpu as la")
     ins, outs = node.inputs, node.outputs
     batch = tuple(ins[0].shape[:-2])
     names = [f"v{o.id}" for o in outs]

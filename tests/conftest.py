@@ -46,7 +46,7 @@ def _library_helpers_in_the_test_cache():
     """Tests that call the library helpers directly (lowering/fastmath_cpu.py ...) before
     any generated module would otherwise compile them into Numba's own cache in the
     package's ``__pycache__``: they get gradjit's, in the test cache, from the start."""
-    from gradjit.lowering import alloc_cpu, blas_cpu, fastmath_cpu, special_cpu  # noqa: F401
+    from gradjit.lowering import alloc_cpu, blas_cpu, fastmath_cpu, linalg_cpu, special_cpu  # noqa: F401
     from gradjit.runtime import numba_cache
     numba_cache.adopt_library()
 
