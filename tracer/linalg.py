@@ -44,8 +44,11 @@ def _obj(x, like):
     return x if hasattr(x, "_apply") else like._const(np.asarray(x, dtype=like.dtype))
 
 
-def _pair(a, b):
+def _pair(op, a, b):
     like = a if hasattr(a, "_apply") else b
+    if not hasattr(like, "_apply"):   # (as apply() says it for one-operand functions)
+        raise TypeError(f"{op}: no gradjit tensor among the arguments "
+                        f"{[type(a).__name__, type(b).__name__]}")
     return _obj(a, like), _obj(b, like)
 
 
@@ -89,7 +92,7 @@ def _is_vector_rhs(A, B):
 
 
 def solve(A, B, *, left=True):
-    A, B = _pair(A, B)
+    A, B = _pair("linalg.solve", A, B)
     _need("linalg.solve", A)
     if _is_vector_rhs(A, B):
         return solve(A, B.unsqueeze(-1), left=left).squeeze(-1)
@@ -110,7 +113,7 @@ def cholesky(A, *, upper=False):
 
 
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
-    A, B = _pair(A, B)
+    A, B = _pair("linalg.solve_triangular", A, B)
     _need("linalg.solve_triangular", A)
     _need("linalg.solve_triangular", B)
     A, B = _bcast_batch("linalg.solve_triangular", A, B)
@@ -120,7 +123,7 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
 
 def cholesky_solve(B, L, upper=False):
     """Solve A X = B given the Cholesky factor of A (lower L, or upper U = L^T)."""
-    B, L = _pair(B, L)
+    B, L = _pair("linalg.cholesky_solve", B, L)
     if upper:
         L = L.mT
     Y = solve_triangular(L, B, upper=False)
@@ -168,7 +171,7 @@ def pinv(A):
 def lstsq(A, B, rcond=None):
     """Minimum-norm least squares (any rank): solution = pinv(A) @ B; residuals (squared
     2-norms of the columns of A X - B) when m > n and A has full column rank, else empty."""
-    A, B = _pair(A, B)
+    A, B = _pair("linalg.lstsq", A, B)
     _need("linalg.lstsq", A)
     vec = B.ndim == A.ndim - 1
     Bm = B.unsqueeze(-1) if vec else B
