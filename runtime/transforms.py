@@ -208,7 +208,7 @@ class _Transformed:
         return g, Call(call_args, call_kwargs), arg_values
 
     def _build(self, traced, layout):
-        with swapped(self.fn):   # (np.random's stand-ins before the guard: tracer/rng_guard.py)
+        with swapped():   # (np.random's stand-ins before the guard: tracer/rng_guard.py)
             try:
                 g, tree, arg_values = self._guarded_trace(traced, layout)
             except StreamMovedError:   # maybe another thread's draw the stand-ins missed

@@ -257,15 +257,14 @@ def traced_numpy(graph, fn=None):
 
 
 @contextlib.contextmanager
-def swapped(fn=None):
-    """The stand-ins in place (for all threads) across several traces: a transform that
+def swapped():
+    """NumPy's stand-ins in place (for all threads) across several traces: a transform that
     may trace its function again (runtime/transforms.py) keeps them from one to the next."""
-    dicts = user_code.user_globals(fn) if fn is not None else []
-    _install(dicts)
+    _install(())
     try:
         yield
     finally:
-        _uninstall(dicts)
+        _uninstall(())
 
 
 def _install(dicts):

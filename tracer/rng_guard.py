@@ -41,7 +41,7 @@ import numpy as np
 from gradjit.tracer.registry import GradjitError, user_site
 
 _LOCAL = threading.local()
-_CHAIN_LOCK = threading.Lock()
+_CHAIN_LOCK = threading.RLock()   # (a draw that calls another np.random function meanwhile)
 _CHAINS = []   # running traces' chains of np.random's global stream (see the contract)
 
 
