@@ -3,7 +3,7 @@
 Contract
 - ``empty(shape, dtype)``, ``full(shape, value, dtype)``, ``zeros(shape, dtype)``,
   ``contiguous(a)`` (``np.ascontiguousarray``), ``assign(dst, src)``
-  (``dst[...] = src``, same shapes), ``transpose(a, axes)`` (``np.transpose``) and
+  (``dst[...] = src``, same shapes, not overlapping), ``transpose(a, axes)`` (``np.transpose``) and
   ``reshape(a, shape)``
   (``a.reshape(shape)``, ``a`` contiguous) are NumPy's. Generated modules call
   them (as ``al.empty`` ...) instead of NumPy directly: Numba then compiles
@@ -194,7 +194,8 @@ def transpose(a, axes):
 
 @jit
 def assign(dst, src):
-    """``dst[...] = src`` of two arrays of one shape (as generated code passes them)."""
+    """``dst[...] = src`` of two arrays of one shape that do not overlap (as generated code
+    passes them: a fresh result into its slot of a batch)."""
     _copy(dst, src)
 
 
