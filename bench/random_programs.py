@@ -20,15 +20,19 @@ Prints the counts, the refusals by message, and every wrong result and crash wit
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import os
+import shutil
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ.setdefault("GRADJIT_CACHE_DIR", tempfile.mkdtemp(prefix="gradjit-random-programs-"))
+if "GRADJIT_CACHE_DIR" not in os.environ:   # a cache of its own, removed at exit (hundreds of MB)
+    os.environ["GRADJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradjit-random-programs-")
+    atexit.register(shutil.rmtree, os.environ["GRADJIT_CACHE_DIR"], True)
 
 from tests.random_programs.generator import (KNOWN_BUGS, check_program, executor,  # noqa: E402
                                              normalize_message, random_program, shrink)

@@ -14,6 +14,7 @@ table here) and empties gradjit's in-memory tables after each test module
 (``gj.clear_cache()``; the disk cache stays, so a structure met again is loaded). Tests
 of the bound itself set their own with ``gj.cache_size``.
 """
+import atexit
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ import tempfile
 if os.environ.get("GRADJIT_CACHE_DIR") in (None, os.environ.get("GRADJIT_TEST_CACHE_MADE")):
     _MADE = tempfile.mkdtemp(prefix="gradjit-test-cache-")
     os.environ["GRADJIT_CACHE_DIR"] = os.environ["GRADJIT_TEST_CACHE_MADE"] = _MADE
+    # (also when the session never finishes: a usage error, an interrupted run)
+    atexit.register(shutil.rmtree, _MADE, True)
 else:
     _MADE = None
 
