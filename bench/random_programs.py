@@ -15,13 +15,15 @@ is a crash; a wrong number is a failure. Programs whose finite differences are u
 ``S + k`` (``--seed S``), so a failure is reproduced by ``--one S+k``.
 
 Prints the counts, the refusals by message, and every wrong result and crash with a
-(shrunk) repro; exits 1 when any program was wrong or crashed.
+(shrunk) repro; exits 1 when any program was wrong or crashed. Ctrl-C stops the run and
+reports the programs checked so far.
 """
 from __future__ import annotations
 
 import argparse
 import atexit
 import collections
+import contextlib
 import os
 import shutil
 import sys
@@ -94,7 +96,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     seed = args.seed
     checked = 0
-    with executor(mode):
+    with executor(mode), contextlib.suppress(KeyboardInterrupt):   # (Ctrl-C: report so far)
         while checked < n:
             prog = random_program(seed, exclude, max_steps=args.max_steps)
             try:
