@@ -32,6 +32,10 @@ import numpy as np
 
 jit = numba.njit(cache=True, error_model="numpy")
 
+# One function per call, written out: Numba's disk cache names a dispatcher's files by its
+# qualified name and line, so wrappers made by one factory would share an index, and
+# ``inv`` and ``det`` of one signature would load each other's code.
+
 
 @jit
 def inv(a):
