@@ -12,14 +12,16 @@ from gradjit.lowering import alloc_cpu as al
 
 
 def _layouts(a):
-    """``a`` in C order, Fortran order, reversed along every axis, and as a strided view."""
+    """``a``'s values in C order, Fortran order, with negative strides, and as a strided
+    view of a larger array."""
     if a.ndim == 0:
         return [a]
     big = np.zeros(tuple(2 * k for k in a.shape))
     strided = big[tuple(slice(None, None, 2) for _ in a.shape)]
     strided[...] = a
-    return [a, np.asfortranarray(a), a[tuple(slice(None, None, -1) for _ in a.shape)][
-        tuple(slice(None, None, -1) for _ in a.shape)].copy()[::-1][::-1], strided]
+    rev = tuple(slice(None, None, -1) for _ in a.shape)
+    reversed_ = a[rev].copy()[rev]   # a's values, negative strides along every axis
+    return [a, np.asfortranarray(a), reversed_, strided]
 
 
 @pytest.mark.parametrize("ndim", range(7))
