@@ -11,9 +11,10 @@ Contract
   hash) stands for the source's freshness: the file's mtime plays no part.
 - ``adopt_library()``: every dispatcher a ``gradjit.lowering`` module defines with
   ``cache=True`` (the helpers generated code calls: BLAS blocks, fast-math and special
-  functions, allocation) gets the same verified cache, in the *current* store (resolved at
-  each load and save; none: compiled in memory), its stamp the content hash of its source
-  file. A helper is shared by many entries and processes, so its index is read, extended
+  functions, allocation) gets the same verified cache, in the library store
+  (``cache_store.library()``: the current cache dir unless ``$GRADJIT_LIBRARY_CACHE_DIR``
+  names one for several; resolved at each load and save; none: compiled in memory), its
+  stamp the content hash of its source file. A helper is shared by many entries and processes, so its index is read, extended
   and written back under the helper's own entry lock. Called before every compile or load
   of an entry (new library modules may have been imported); cheap when nothing is new.
 - A read-only store reads and never writes. Without a store (``None``) nothing is
@@ -81,7 +82,7 @@ class VerifiedIndex:
 
     def _where(self):
         """(store, its numba folder, this index's path), or None without a store."""
-        store = self._fixed if self._fixed is not None else cache_store.current()
+        store = self._fixed if self._fixed is not None else cache_store.library()
         if store is None:
             return None
         folder = store.path("numba")

@@ -7,6 +7,12 @@ worker's entries would change them); a directory made here is removed at the end
 A GRADJIT_CACHE_DIR you set yourself is used as it is. GRADJIT_TIERING defaults
 to ``sync`` here.
 
+The library helpers' machine code (BLAS blocks, LAPACK wrappers: seconds per dtype and
+layout) is shared by every worker of a run, and by the processes tests start, through one
+GRADJIT_LIBRARY_CACHE_DIR made by the first process (xdist's controller; workers inherit
+it): each helper compiles once per run, not once per worker. Tests about where helpers are
+stored, or that damage them, unset it.
+
 Memory: a test process compiles thousands of structures, and each one held in memory
 costs about 1 MiB (machine code, Numba's IR and type annotations). The suite bounds
 what it holds the way a user would (``GRADJIT_CACHE_SIZE`` defaults to 32 entries per
@@ -26,6 +32,12 @@ if os.environ.get("GRADJIT_CACHE_DIR") in (None, os.environ.get("GRADJIT_TEST_CA
     atexit.register(shutil.rmtree, _MADE, True)
 else:
     _MADE = None
+if os.environ.get("GRADJIT_LIBRARY_CACHE_DIR") is None:
+    _LIB_MADE = tempfile.mkdtemp(prefix="gradjit-test-library-")
+    os.environ["GRADJIT_LIBRARY_CACHE_DIR"] = _LIB_MADE
+    atexit.register(shutil.rmtree, _LIB_MADE, True)
+else:
+    _LIB_MADE = None
 
 # New structures compile before their first call returns (the suite counts compiles and
 # compares compiled code); tests/runtime/test_tiers.py runs the background tier itself.
@@ -107,6 +119,8 @@ def fast():
 def pytest_sessionfinish(session, exitstatus):
     if _MADE is not None and os.environ.get("GRADJIT_CACHE_DIR") == _MADE:
         shutil.rmtree(_MADE, ignore_errors=True)
+    if _LIB_MADE is not None and os.environ.get("GRADJIT_LIBRARY_CACHE_DIR") == _LIB_MADE:
+        shutil.rmtree(_LIB_MADE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):

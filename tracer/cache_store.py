@@ -5,6 +5,10 @@ Contract
 - ``current()``: the ``Store`` of ``$GRADJIT_CACHE_DIR`` (else ``$XDG_CACHE_HOME/gradjit``,
   else ``~/.cache/gradjit``), or None where that dir cannot be used; then gradjit compiles in
   memory, after one warning on the ``gradjit.cache`` logger saying why. It never raises.
+- ``library()``: the store of the library helpers' machine code (BLAS blocks, LAPACK
+  wrappers, allocation; runtime/numba_cache.py): ``$GRADJIT_LIBRARY_CACHE_DIR`` when set
+  (one folder of helpers for several cache dirs: compiled once per machine, not once per
+  dir), else ``current()``. Same checks and fallbacks as ``current()``.
 - Trust (the checks ssh and pip make): the dir is created 0700 whatever the umask; a dir
   that is not a directory, belongs to another user, or is writable by group or others is
   not used. Its key (``key``: 32 random bytes, 0600, made once) must be the user's, private.
@@ -64,8 +68,8 @@ def warn_once(key, msg, *args):
         LOG.warning(msg, *args)
 
 
-def current():
-    d = configured_dir()
+def current(d=None):
+    d = d or configured_dir()
     ro = os.environ.get("GRADJIT_CACHE_READONLY", "") not in ("", "0")
     s = _STORES.get((d, ro), _STORES)
     if s is _STORES:
@@ -74,6 +78,11 @@ def current():
             if s is _STORES:
                 s = _STORES[(d, ro)] = open_dir(d, ro)
     return s
+
+
+def library():
+    d = os.environ.get("GRADJIT_LIBRARY_CACHE_DIR")
+    return current(os.path.abspath(os.path.expanduser(d)) if d else None)
 
 
 def _refuse(d, why):
@@ -316,7 +325,8 @@ def entry_lock(store, name):
 
 def clear(disk=False):
     """Forget the opened stores and warnings; with ``disk``, delete the current dir's
-    entries too (its key stays)."""
+    entries too (its key stays; a ``$GRADJIT_LIBRARY_CACHE_DIR`` other cache dirs share
+    is left as it is)."""
     s = current() if disk else None
     with _GUARD:
         _STORES.clear()

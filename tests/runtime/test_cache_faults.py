@@ -27,8 +27,8 @@ CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
 
 def run_child(cache, n, **extra):
     """The report of a fresh ``cache_child.py n`` on ``cache`` (``extra``: more env)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GRADJIT_EXECUTOR", "GRADJIT_CACHE_READONLY")}
+    env = {k: v for k, v in os.environ.items()   # (helpers too in ``cache``: damaged there)
+           if k not in ("GRADJIT_EXECUTOR", "GRADJIT_CACHE_READONLY", "GRADJIT_LIBRARY_CACHE_DIR")}
     env.update(GRADJIT_CACHE_DIR=str(cache), **extra)
     root = os.path.dirname(os.path.dirname(os.path.dirname(CHILD)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")

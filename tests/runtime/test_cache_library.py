@@ -46,7 +46,9 @@ SIGS = [(dt, nd) for dt in ("float64", "float32", "int64", "int32") for nd in (1
 
 
 def _children(cache, shares, **env):
-    env = dict(os.environ, GRADJIT_CACHE_DIR=str(cache), PYTHONPATH=ROOT, **env)
+    # (helpers in ``cache``, unless ``env`` names a library dir: not the suite's shared one)
+    base = {k: v for k, v in os.environ.items() if k != "GRADJIT_LIBRARY_CACHE_DIR"}
+    env = dict(base, GRADJIT_CACHE_DIR=str(cache), PYTHONPATH=ROOT, **env)
     import time
     start = str(time.time() + 3.0)   # (every child imported and waiting by then)
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(s), start], env=env,
@@ -58,7 +60,8 @@ def _children(cache, shares, **env):
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
-def test_helpers_are_cached_in_the_store_not_the_package(tmp_path):
+def test_helpers_are_cached_in_the_store_not_the_package(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADJIT_LIBRARY_CACHE_DIR", raising=False)
     numba_cache.adopt_library()
     assert type(alloc_cpu.contiguous._cache).__name__.startswith("Gradjit")
     assert numba_cache.index_path(alloc_cpu.contiguous).startswith(
@@ -89,3 +92,20 @@ def test_a_damaged_helper_index_is_discarded_and_rebuilt(tmp_path):
     assert _children(tmp_path, [SIGS[:2]], LOAD="1")[0] == [False, False]
     assert _children(tmp_path, [SIGS[:2]], LOAD="1")[0] == [True, True]
     assert np.array_equal(alloc_cpu.contiguous(np.arange(6.0)[::2]), [0.0, 2.0, 4.0])
+
+
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
+def test_a_library_dir_serves_the_helpers_of_several_cache_dirs(tmp_path):
+    # GRADJIT_LIBRARY_CACHE_DIR: helpers compiled for one cache dir load in a process whose
+    # cache dir is another (compiled once per machine, not once per dir), and live there only.
+    lib = str(tmp_path / "library")
+    _children(tmp_path / "a", [SIGS[:3]], GRADJIT_LIBRARY_CACHE_DIR=lib)
+    assert _children(tmp_path / "b", [SIGS[:3]], LOAD="1", GRADJIT_LIBRARY_CACHE_DIR=lib)[0] \
+        == [True] * 3
+    assert any(n.startswith("alloc_cpu.contiguous") for n in os.listdir(tmp_path / "library" / "numba"))
+    for d in ("a", "b"):
+        numba_dir = tmp_path / d / "numba"
+        assert not any(n.startswith("alloc_cpu.contiguous")
+                       for n in (os.listdir(numba_dir) if numba_dir.is_dir() else []))
+    # without it, each cache dir has its own
+    assert _children(tmp_path / "c", [SIGS[:1]], LOAD="1")[0] == [False]
