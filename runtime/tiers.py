@@ -13,12 +13,18 @@ Contract
 - ``Tiered(graph, build)``: ``exe(arrays)`` returns what the compiled executable returns,
   from the interpreter (``runtime/compiler.Interpreted``, counted in
   ``STATS["interpreted_calls"]``) until ``build()`` has returned in its thread, then
-  from the compiled executable (``.ready``). The thread starts when the first call has
-  returned (or at ``wait``): Numba's compile holds the GIL most of the time, so a compile
-  running beside the first call would slow the first result about twofold (an RK4
-  ``gj.scan`` of 1000 steps: 2.2 s -> 0.85 s to the first gradient). A build that raises leaves the structure
-  on the interpreter, with one warning on the ``gradjit`` logger. The thread is a
-  daemon: a process that exits first leaves no partial cache entry (writes are atomic).
+  from the compiled executable (``.ready``). The compile is queued when the first call
+  has returned (or at ``wait``): Numba's compile holds the GIL most of the time, so a
+  compile running beside the first call would slow the first result about twofold (an
+  RK4 ``gj.scan`` of 1000 steps: 2.2 s -> 0.85 s to the first gradient). A build that
+  raises leaves the structure on the interpreter, with one warning on the ``gradjit``
+  logger. ``join()`` waits for the compiled code, compiling it in the calling thread if
+  the compile thread has not started it.
+- One compile thread per process, taking the queued structures in order (a daemon: a
+  process that exits first leaves no partial cache entry, writes being atomic). Why one:
+  Numba compiles one function at a time anyway, and a thread per structure (a loop over
+  100 input shapes) meant 100 threads waiting on its lock, each with its own malloc arena
+  (RSS 1-3 MiB per structure instead of 0.3) and its own "taking long" warning.
 - ``settled(exe)``: the compiled executable of a ready ``Tiered``, else ``exe``.
 - ``wait(timeout=None)`` (``gj.wait_compiled``): block until every background compile
   of this process has ended; True when none is left.
@@ -35,6 +41,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -46,6 +53,27 @@ _SET = [None]
 _LOCAL = threading.local()
 _PENDING = set()
 _PENDING_LOCK = threading.Lock()
+_QUEUE = deque()                 # Tiered structures waiting for the compile thread, in order
+_COND = threading.Condition()    # guards _QUEUE, _THREAD and each Tiered's _state
+_THREAD = [None]
+
+
+def _worker():
+    """Start the compile thread unless it runs (under _COND)."""
+    t = _THREAD[0]
+    if t is None or not t.is_alive():   # (none yet, or this is a forked child)
+        t = _THREAD[0] = threading.Thread(target=_work, daemon=True, name="gradjit-compile")
+        t.start()
+
+
+def _work():
+    while True:
+        with _COND:
+            while not _QUEUE:
+                _COND.wait()
+            t = _QUEUE.popleft()
+            t._state = "running"
+        t._run()
 
 
 def set_tiering(mode):
@@ -102,23 +130,36 @@ class Tiered:
         self.interp = Interpreted(graph)
         self.source = "# compiling in the background (gj.wait_compiled() waits for it)\n"
         self.done = threading.Event()
+        self._build_fn, self._state = build, "new"   # -> queued -> running (-> done set)
         with _PENDING_LOCK:
             _PENDING.add(self)
         STATS["background_compiles"] += 1
-        self._thread = threading.Thread(target=self._build, args=(build,), daemon=True,
-                                        name=f"gradjit-compile-{graph.name}")
-        self._started = False
-        self._start_lock = threading.Lock()
 
     def start(self):
-        """Start the compile thread (once)."""
-        if not self._started:
-            with self._start_lock:
-                if not self._started:
-                    self._started = True
-                    self._thread.start()
+        """Queue the compile for the compile thread (once)."""
+        if self._state == "new":
+            with _COND:
+                if self._state == "new":
+                    self._state = "queued"
+                    _QUEUE.append(self)
+                    _worker()
+                    _COND.notify()
 
-    def _build(self, build):
+    def join(self):
+        """Wait for the compiled code (``compile_for``, ``@njit`` callers): a compile the
+        thread has not started yet runs here, in the calling thread, instead of waiting
+        behind other structures' compiles."""
+        with _COND:
+            mine = self._state in ("new", "queued")
+            if mine:
+                if self._state == "queued":
+                    _QUEUE.remove(self)
+                self._state = "running"
+        if mine:
+            self._run()
+        self.done.wait()
+
+    def _run(self):
         t0 = time.perf_counter()
         name, n = self.graph.name, len(self.graph.nodes)
         _LOG.info("gradjit: compiling %r (%d ops) in the background", name, n)
@@ -128,7 +169,7 @@ class Tiered:
         slow.daemon = True
         slow.start()
         try:
-            exe = build()
+            exe = self._build_fn()
             self.source = exe.source
             self.ready = exe
             _LOG.info("gradjit: compiled %r in %.2f s; compiled code takes over", name,
@@ -139,6 +180,7 @@ class Tiered:
                          "interpreter", name, type(e).__name__, e)
         finally:
             slow.cancel()
+            self._build_fn = None   # (the graph and closures it holds)
             self.done.set()
             with _PENDING_LOCK:
                 _PENDING.discard(self)

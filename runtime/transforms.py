@@ -146,7 +146,7 @@ class _Transformed:
             with gc_paused(), tiers.forced("sync"):
                 self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered:   # compiling in the background: wait for it
-            entry[0].done.wait()
+            entry[0].join()
             if entry[0].failed is not None:
                 raise entry[0].failed
             self._compiled[key] = (entry[0].ready,) + tuple(entry[1:])

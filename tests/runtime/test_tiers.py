@@ -4,6 +4,7 @@ over when ready. Both tiers give the same results. The compile is held at a gate
 so which tier serves a call is decided by the test, not by timing."""
 import logging
 import threading
+import time
 
 import numba
 import numpy as np
@@ -211,3 +212,60 @@ def test_fork_waits_for_background_compiles_so_children_can_compile(gated, rng):
         pending, g, x1 = pool.apply_async(_child_state, (3,)).get(timeout=120)
     assert pending == 0
     np.testing.assert_allclose(g, (1 - np.tanh(x1) ** 2) * 0.4444, rtol=1e-12)
+
+
+def test_many_new_structures_share_one_compile_thread(monkeypatch, rng):
+    """A loop over new input shapes queues its compiles for one thread (not a thread per
+    structure, each waiting on Numba's lock with its own malloc arena and its own
+    'taking long' warning); every gradient is right on both tiers."""
+    gj.set_tiering("background")
+    seen = []
+    real = compiler._compile_in_background
+
+    def counted(graph):
+        seen.append(sum(t.name.startswith("gradjit-compile") for t in threading.enumerate()))
+        return real(graph)
+    monkeypatch.setattr(compiler, "_compile_in_background", counted)
+    try:
+        g = gj.grad(lambda x: (np.sin(x) * 0.7071).sum())
+        for n in range(3, 9):
+            x = rng.standard_normal(n)
+            np.testing.assert_allclose(g(x), np.cos(x) * 0.7071, rtol=1e-12)
+        assert gj.wait_compiled(120)
+        assert len(seen) == 6 and max(seen) == 1
+        for n in range(3, 9):   # (now compiled)
+            x = rng.standard_normal(n)
+            np.testing.assert_allclose(g(x), np.cos(x) * 0.7071, rtol=1e-12)
+    finally:
+        gj.set_tiering(None)
+
+
+def test_compile_for_compiles_a_queued_structure_itself(monkeypatch, rng):
+    """``compile_for`` of a structure still queued behind another's compile builds it in the
+    calling thread instead of waiting for the queue."""
+    gate, first = threading.Event(), []
+    real = compiler._compile_in_background
+
+    def held(graph):   # the first compile waits for the gate; later ones run at once
+        if not first:
+            first.append(graph)
+            assert gate.wait(60)
+        return real(graph)
+    monkeypatch.setattr(compiler, "_compile_in_background", held)
+    gj.set_tiering("background")
+    try:
+        g1 = gj.grad(lambda x: (np.exp(x) * 0.3141).sum())
+        g2 = gj.grad(lambda x: (np.cos(x) * 0.2718).sum())
+        x = rng.standard_normal(7)
+        g1(x)                          # its compile holds the compile thread at the gate
+        while not first:
+            time.sleep(0.001)
+        g2(x)                          # queued behind it
+        g2.compile_for(x)              # built here, the gate still shut
+        assert not gate.is_set() and len(tiers._PENDING) == 1
+        np.testing.assert_allclose(g2(x), -np.sin(x) * 0.2718, rtol=1e-12)
+    finally:
+        gate.set()
+        gj.wait_compiled(60)
+        gj.set_tiering(None)
+    np.testing.assert_allclose(g1(x), np.exp(x) * 0.3141, rtol=1e-12)
