@@ -1,11 +1,8 @@
 """Matrix products for generated CPU code, compiled once per machine.
 
 Contract
-- ``mm(a, b)`` is ``np.dot(a, b)`` for 2-D arrays; ``mv(a, b)`` the same for a
-  ``b`` of one column and ``vm(a, b)`` for an ``a`` of one row: they call BLAS
-  gemv (matrix-vector), faster than gemm with a dimension of 1 once the matrix
-  is large (``blas_helper`` picks; for small ones the extra reshapes cost more).
-  ``mm_into(out, a, b)`` writes the product into ``out`` (a view: a batch's slice).
+- ``mm(a, b)`` is ``np.dot(a, b)`` for 2-D arrays (BLAS gemm, one-row and one-column
+  products included: ``blas_helper`` picks). ``mm_into(out, a, b)`` writes the product into ``out`` (a view: a batch's slice).
   ``smm(a, b)`` is the same product as a loop nest, for a row times a small
   matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
   ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``
@@ -45,7 +42,6 @@ from numba.np.linalg import _BLAS, ensure_blas, get_blas_kind
 jit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 # BLAS products: called, not inlined (see the contract)
 called = numba.njit(cache=True, error_model="numpy")
-GEMV_MIN = 4096   # matrix elements from which a one-row / one-column product uses gemv
 # A row times a small matrix ((1, k) @ (k, n), k <= n, k * n <= SMALL_ROW): a loop nest
 # (smm) costs less than a BLAS call. In an @njit loop, ns per product, BLAS / smm:
 # (1,8)@(8,32) 133/69, (1,16)@(16,64) 200/119, (1,32)@(32,32) 207/176 (float64; float32
@@ -55,13 +51,12 @@ SMALL_ROW = 1024
 
 
 def blas_helper(m, k, n):
-    """The helper's name for an (m, k) @ (k, n) product."""
+    """The helper's name for an (m, k) @ (k, n) product. One-row and one-column products
+    are gemm calls too: NumPy's gemv through ``np.dot`` was no faster in any case measured
+    ((4000, 50), (200, 64), (64, 64), (1000, 500) times a column or a row: gemm 0.8-1.0x
+    its time; bench/rules.py's linear regression 0.9x), and cost a helper of its own."""
     if m == 1 and k <= n and k * n <= SMALL_ROW:
         return "smm"
-    if n == 1 and k > 1 and m * k >= GEMV_MIN:
-        return "mv"
-    if m == 1 and k > 1 and k * n >= GEMV_MIN:
-        return "vm"
     return "mm"
 
 
@@ -178,16 +173,6 @@ def smm(a, b):
             for j in range(n):
                 out[i, j] += x * b[p, j]
     return out
-
-
-@called
-def mv(a, b):
-    return np.dot(a, np.ascontiguousarray(b).reshape(b.shape[0])).reshape((a.shape[0], 1))
-
-
-@called
-def vm(a, b):
-    return np.dot(np.ascontiguousarray(a).reshape(a.shape[1]), b).reshape((1, b.shape[1]))
 
 
 # Row passes (lowering/schedule_rows.py): one pass over a matrix's rows does the work of

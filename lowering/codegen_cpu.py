@@ -74,11 +74,11 @@ from gradjit.tracer.ir import Node, format_node
 from gradjit.tracer.registry import get_op
 
 PARALLEL_MIN = 1 << 18
-SPLIT_SUM_MIN = 1 << 15   # elements: a full sum in a loop this large is stored, then summed
-SPLIT_BLOCK = 1 << 12     # elements per block of such a stored sum (32 KiB in float64)
-VEC_SUM_MIN = 64          # elements: so is a smaller one in a loop that calls vector math
-#                           (below it the running sum's scalar math costs less than compiling
-#                           al.total in a cold process: the RNN's 32, cold 0.97 -> 0.92 s)
+SPLIT_BLOCK = 1 << 12     # elements per block of a stored sum (32 KiB in float64)
+VEC_SUM_MIN = 64          # elements: a full sum in a loop that calls vector math is stored
+#                           per block, then summed (below it the running sum's scalar math
+#                           costs less than compiling al.total in a cold process: the RNN's
+#                           32, cold 0.97 -> 0.92 s)
 VEC_OPS = FAST_OPS | {"sigmoid"}   # ops whose CPU expression calls fm.<name> (sigmoid: exp)
 RECOMPUTE = True      # cheap values computed again where read, not stored (schedule_remat.py)
 FOLD_VIEWS = True     # unit-dims views only loops read are not built (codegen_cpu_fold.py)
@@ -197,15 +197,15 @@ def _index(v, space, fixed=(), shape=None, folds=None):
 
 
 def _split_sum(n, space, vec=False):
-    """A full float sum over a space of ``SPLIT_SUM_MIN`` elements or more, or of
-    ``VEC_SUM_MIN`` or more in a loop that calls vectorisable math (``vec``): stored per
-    block, then summed. A running sum keeps the loop from vectorising; for a loop of
-    plain arithmetic that costs little below SPLIT_SUM_MIN, but a scalar ``fm.tanh`` is
-    several times slower than the vector one (W1 in tensor mode: 1.9 -> 1.2 us)."""
+    """A full float sum over ``VEC_SUM_MIN`` or more elements in a loop that calls
+    vectorisable math (``vec``): stored per block, then summed. A running sum keeps the
+    loop from vectorising, and a scalar ``fm.tanh`` is several times slower than the vector
+    one (bench/rules.py, value_and_grad: W1 1.2x, logistic regression 1.06x). A loop of
+    plain arithmetic keeps its running sum: stored, W7's pairwise energy took 2x as long
+    and no program of bench/rules.py was faster (the former ``SPLIT_SUM_MIN``, 2**15)."""
     size = int(math.prod(space))
-    return (len(reduced_dims(n)) == len(space) and len(space) and n.op == "sum.default"
-            and (size >= SPLIT_SUM_MIN or (vec and size >= VEC_SUM_MIN))
-            and n.outputs[0].dtype.kind == "f")
+    return (vec and size >= VEC_SUM_MIN and len(reduced_dims(n)) == len(space) and len(space)
+            and n.op == "sum.default" and n.outputs[0].dtype.kind == "f")
 
 
 ROW_REDUCTIONS = ("sum.dim_IntList", "amax.default", "amin.default")

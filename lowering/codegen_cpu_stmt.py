@@ -7,9 +7,12 @@ Contract
   a node no statement covers raises NotImplementedError naming the op.
 - ``VIEW_OPS``: the ops whose statement may return a view of their input
   (the runtime copies such results before handing them out).
-- 2-D transposes up to ``SMALL_TRANSPOSE`` elements are copied to C order:
-  ``np.dot`` on each other layout combination costs Numba about a second of
-  compile, and the loop-heavy graphs (an unrolled RNN) are all small matmuls.
+- A 2-D transpose is a view (F order), which BLAS reads in place; it is copied to C
+  order only where a loop reads it (up to ``SMALL_TRANSPOSE`` elements): the row loop
+  nest of a small product (``bl.smm``) or an elementwise loop, whose inner loop would
+  stride across rows. Measured (bench/rules.py, steady gradient): copying every small
+  transpose made a batch-1 GRU whose products go to BLAS 1.4x slower and a small MLP
+  1.1x, while a copy feeding ``smm`` keeps W4 (RNN) 1.2x faster.
 """
 from __future__ import annotations
 
@@ -19,6 +22,20 @@ from gradjit.lowering.codegen_cpu_kernels import kernel_stmt
 from gradjit.lowering.schedule import permutation, squeezed
 
 SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (C), not views
+
+
+def _read_by_loops(e, v):
+    """Does a loop read ``v`` (not only BLAS products: ``mm`` / ``mv`` / ``vm``)?"""
+    users = getattr(e, "_users", None)
+    if users is None:
+        users = e._users = e.graph.users()
+    for n in users.get(v, ()):
+        if n.op != "mm.default":
+            return True
+        m, k = n.inputs[0].shape
+        if blas_helper(m, k, n.inputs[1].shape[1]) == "smm":
+            return True
+    return False
 
 
 def unit_dims_view(x, src, dst):
@@ -81,10 +98,8 @@ def stmt(e, node):
         if ins[0].ndim == 2 and 1 in ins[0].shape and lay.get(ins[0], "C") == "C":
             # A row or a column: its transpose has the same memory order (a C view).
             e.emit(1, f"v{out.id} = {_reshape(ins[0].id, ins[0], out, 'C')}", node)
-        elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE:
-            # A copy of a few KiB: every np.dot then sees C arrays, and each extra layout
-            # combination would cost Numba about a second of compile (the loop-heavy
-            # graphs, e.g. an unrolled RNN, are all small matmuls).
+        elif ins[0].ndim == 2 and ins[0].size <= SMALL_TRANSPOSE and _read_by_loops(e, out):
+            # A copy of a few KiB: the loops that read it go along its rows.
             e.emit(1, f"v{out.id} = al.contiguous({a[0]}.T)", node)
         elif ins[0].ndim == 2:
             e.emit(1, f"v{out.id} = {a[0]}.T", node)

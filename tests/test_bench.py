@@ -117,3 +117,33 @@ def test_the_run_records_the_thread_environment_and_sets_none(run, monkeypatch):
     assert "GRADJIT_CACHE_DIR" not in env
     assert "OPENBLAS_NUM_THREADS=3" in run._fmt_env(env)
     assert run._fmt_env({}) == "default (none set)"
+
+
+def test_the_rules_bench_names_real_rules_and_its_programs_differentiate(monkeypatch):
+    """bench/rules.py: every rule it toggles is a constant some gradjit module decides by
+    (a renamed threshold fails here, not silently in the bench), and each of its extra
+    programs gives gradients equal to central differences (interpreted: no compile)."""
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    monkeypatch.syspath_prepend(os.path.dirname(BENCH))
+    import gradjit as gj
+    import gradjit.lowering.codegen_cpu  # noqa: F401
+    import gradjit.lowering.schedule_rows  # noqa: F401
+    from bench import rules
+    mods = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("gradjit.")]
+    for rule, (off, _) in rules.RULES.items():
+        assert any(rule in vars(m) for m in mods), rule
+        eval(off)
+    for name in rules.EXTRA:
+        fn, args, wrt = rules.program(name)
+        grads = gj.grad(fn, argnums=wrt)(*args)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        for i, g in zip(wrt, grads):
+            a = args[i]
+            k = np.unravel_index(np.argmax(np.abs(g)), g.shape)
+            h = 1e-3 if a.dtype == np.float32 else 1e-6
+            up, dn = [x.copy() for x in args], [x.copy() for x in args]
+            up[i][k] += h
+            dn[i][k] -= h
+            fd = (float(fn(*up)) - float(fn(*dn))) / (2 * h)
+            assert fd == pytest.approx(float(g[k]), rel=2e-2 if a.dtype == np.float32 else 1e-5,
+                                       abs=1e-6), (name, i)

@@ -12,9 +12,9 @@ def _source(f, *args):
 
 
 @pytest.mark.parametrize("m, k, n, helper", [
-    (2048, 4, 1, "bl.mv("),   # one column of a large matrix: gemv
-    (1, 4, 2048, "bl.vm("),   # one row: gemv
-    (6, 5, 1, "bl.mm("),      # small: gemm (gemv's reshapes cost more there)
+    (2048, 4, 1, "bl.mm("),   # one column of a large matrix: gemm (gemv was no faster)
+    (1, 4, 2048, "bl.mm("),   # one row: the same
+    (6, 5, 1, "bl.mm("),
     (3, 1, 4, "bl.outer("),   # outer product: the cached rank-1 helper, no BLAS call
     (4, 5, 3, "bl.mm("),
     (1, 8, 32, "bl.smm("),    # a row times a small matrix (an RNN step): a loop nest
@@ -25,7 +25,7 @@ def _source(f, *args):
 def test_helper_by_shape(m, k, n, helper, rng):
     a, b = rng.normal(size=(m, k)), rng.normal(size=(k, n))
     assert helper in _source(lambda x, y: x @ y, a, b)
-    np.testing.assert_allclose(gj.jit(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(gj.jit(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -67,12 +67,30 @@ def test_outer_product_fuses_into_its_consumer(rng):
     np.testing.assert_allclose(g[1], a.T @ r, rtol=1e-12)
 
 
+def test_small_transposes_are_copied_only_where_a_loop_reads_them(rng):
+    """BLAS reads a transposed view in place; the row loop nest of a small product (smm)
+    and elementwise loops get a C copy (codegen_cpu_stmt.py)."""
+    w, h = rng.normal(size=(32, 32)), rng.normal(size=(4, 32))
+    src = _source(lambda h, w: h @ w.T, h, w)                  # (4, 32) @ (32, 32): gemm
+    assert "bl.mm(" in src and "al.contiguous(" not in src and ".T  #" in src
+    r = rng.normal(size=(1, 32))
+    src = _source(lambda r, w: r @ w.T, r, w)                  # a row: the loop nest
+    assert "bl.smm(" in src and "al.contiguous(v1.T)" in src
+    for f, args in ((lambda h, w: h @ w.T, (h, w)), (lambda r, w: r @ w.T, (r, w)),
+                    (lambda h, w: (h @ w.T) * w.T[:4], (h, w))):
+        np.testing.assert_allclose(gj.jit(f)(*args), f(*args), rtol=1e-12)
+    g = gj.grad(lambda h, w: ((h @ w.T) ** 2).sum(), argnums=(0, 1))(h, w)
+    p = 2 * (h @ w.T)
+    np.testing.assert_allclose(g[0], p @ w, rtol=1e-12)
+    np.testing.assert_allclose(g[1], p.T @ h, rtol=1e-12)
+
+
 def test_gemv_with_large_transposed_and_empty_operands(rng):
     big = codegen_cpu.SMALL_TRANSPOSE + 1           # its transpose stays an F view
     x = rng.normal(size=(big, 2)).astype(np.float32)
     r = rng.normal(size=(big, 1)).astype(np.float32)
     src = _source(lambda x, r: x.T @ r, x, r)
-    assert "bl.mv(" in src and ".T  #" in src          # the view, not a copy
+    assert "bl.mm(" in src and ".T  #" in src          # the view, not a copy
     np.testing.assert_allclose(gj.jit(lambda x, r: x.T @ r)(x, r), x.T @ r, rtol=1e-4)
     np.testing.assert_allclose(gj.jit(lambda x, r: r.T @ x)(x, r), r.T @ x, rtol=1e-4)
     e = rng.normal(size=(0, 3))
