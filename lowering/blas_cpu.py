@@ -2,7 +2,8 @@
 
 Contract
 - ``mm(a, b)`` is ``np.dot(a, b)`` for 2-D arrays (BLAS gemm, one-row and one-column
-  products included: ``blas_helper`` picks). ``mm_into(out, a, b)`` writes the product into ``out`` (a view: a batch's slice).
+  products included: ``blas_helper`` picks). ``mm_into(out, a, b)`` writes the product
+  into ``out`` (a view: a batch's slice).
   ``smm(a, b)`` is the same product as a loop nest, for a row times a small
   matrix, where a BLAS call's overhead is most of the cost (``SMALL_ROW``).
   ``outer(x, y)`` / ``ger(x, y, acc)`` are rank-1 updates of two rows, ``x.T @ y``

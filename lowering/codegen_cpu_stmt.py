@@ -25,7 +25,7 @@ SMALL_TRANSPOSE = 4096   # elements: 2-D transposes up to this size are copied (
 
 
 def _read_by_loops(e, v):
-    """Does a loop read ``v`` (not only BLAS products: ``mm`` / ``mv`` / ``vm``)?"""
+    """Does a loop read ``v`` (anything but a BLAS product, ``bl.mm``)?"""
     users = getattr(e, "_users", None)
     if users is None:
         users = e._users = e.graph.users()

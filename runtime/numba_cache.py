@@ -14,8 +14,9 @@ Contract
   functions, allocation) gets the same verified cache, in the library store
   (``cache_store.library()``: the current cache dir unless ``$GRADJIT_LIBRARY_CACHE_DIR``
   names one for several; resolved at each load and save; none: compiled in memory), its
-  stamp the content hash of its source file. A helper is shared by many entries and processes, so its index is read, extended
-  and written back under the helper's own entry lock. Called before every compile or load
+  stamp the content hash of its source file. A helper is shared by many entries and
+  processes, so its index is read, extended and written back under the helper's own
+  entry lock. Called before every compile or load
   of an entry (new library modules may have been imported); cheap when nothing is new.
 - A read-only store reads and never writes. Without a store (``None``) nothing is
   attached: the function compiles in memory.

@@ -217,6 +217,9 @@ def wait(timeout=None):
             return False
         for p in pending:
             p.start()
+        with _COND:   # (queued work has a thread, even if the last one died)
+            if _QUEUE:
+                _worker()
         pending[0].done.wait(left)
 
 

@@ -92,6 +92,7 @@ def test_quick_run_end_to_end_writes_tables_and_json(tmp_path):
     assert np.isfinite(cold["first_grad_s"]) and "warm" in fresh["numba"]
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_busy_mode_times_again_beside_another_process(run, monkeypatch):
     started = []
 

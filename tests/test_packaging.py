@@ -80,6 +80,7 @@ def test_wheel_holds_every_stage_and_the_formulas(wheel):
         "stage folders must be inside gradjit/, not top-level packages"
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_unpacked_wheel_loads_its_own_formulas(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

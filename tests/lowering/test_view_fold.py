@@ -126,7 +126,8 @@ def test_a_view_a_matmul_or_the_caller_reads_is_built(rng):
                          rng)
     steps, _ = schedule(graph, unit_views=True, row_passes=True)
     assert view_folds(steps, graph) == {}
-    assert _views(_check(graph, vals)) == 1
+    # x.T, and w.T: a view BLAS reads in place (a small transpose is copied only for loops)
+    assert _views(_check(graph, vals)) == 2
     graph, vals = _graph(lambda x: [x.T, (x.T * 2.0).sum()], ((1, 4),), rng)
     steps, _ = schedule(graph, unit_views=True, row_passes=True)
     assert view_folds(steps, graph) == {}

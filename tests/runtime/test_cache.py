@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import gradjit as gj
 from gradjit.runtime import compiler
@@ -107,6 +108,7 @@ def _run_child(cache, new=False):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_fresh_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     first = _run_child(tmp_path)
     assert first["stats"]["compiles"] == 2 and first["stats"]["disk_hits"] == 0

@@ -107,6 +107,7 @@ def test_a_lock_link_is_not_followed(tmp_path, fresh):
     assert target.read_bytes() == b"precious"
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_entries_lock_one_by_one(tmp_path):
     """While this process holds the lock of program 0's entry, a fresh process compiles
     program 1 (it would wait forever on one lock for the whole cache)."""
@@ -134,6 +135,7 @@ print(gj.stats()["compiles"])
 """
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_the_same_structure_is_compiled_once_across_processes(tmp_path):
     env = dict(os.environ, GRADJIT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("GRADJIT_EXECUTOR", None)

@@ -57,6 +57,7 @@ def test_helpers_first_compiled_inside_keep_numbas_level(tmp_path, monkeypatch):
     assert _emitted(src) == 1   # the entry's library only
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 def test_level_zero_code_is_cached_for_a_fresh_process(tmp_path):
     first = rnn_child(tmp_path)
     assert first["stats"]["compiles"] == 1 and first["emitted"] >= 1

@@ -50,6 +50,7 @@ def test_lambdas_pickle_with_cloudpickle_and_say_why_without():
     np.testing.assert_allclose(pickle.loads(cloudpickle.dumps(t))(w, x), t(w, x), rtol=1e-12)
 
 
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_process_pools_compute_the_same_gradients_compiling_nothing(method):
     if method not in mp.get_all_start_methods():
