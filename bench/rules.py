@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,7 +143,7 @@ def _child(rule, value, mode, names, lib):
                GRADJIT_LIBRARY_CACHE_DIR=lib)
     out = subprocess.run([sys.executable, "-c", _CHILD, rule, value, mode, ",".join(names)],
                          env=env, capture_output=True, text=True, cwd=ROOT)
-    subprocess.run(["rm", "-rf", env["GRADJIT_CACHE_DIR"]])
+    shutil.rmtree(env["GRADJIT_CACHE_DIR"], ignore_errors=True)
     if out.returncode:
         raise SystemExit(f"{rule} {mode}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

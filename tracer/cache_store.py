@@ -68,8 +68,17 @@ def warn_once(key, msg, *args):
         LOG.warning(msg, *args)
 
 
-def current(d=None):
-    d = d or configured_dir()
+def current():
+    return _store(configured_dir())
+
+
+def library():
+    d = os.environ.get("GRADJIT_LIBRARY_CACHE_DIR")
+    return _store(os.path.abspath(os.path.expanduser(d))) if d else current()
+
+
+def _store(d):
+    """The Store of dir ``d`` (opened once per dir and read-only flag), or None."""
     ro = os.environ.get("GRADJIT_CACHE_READONLY", "") not in ("", "0")
     s = _STORES.get((d, ro), _STORES)
     if s is _STORES:
@@ -78,11 +87,6 @@ def current(d=None):
             if s is _STORES:
                 s = _STORES[(d, ro)] = open_dir(d, ro)
     return s
-
-
-def library():
-    d = os.environ.get("GRADJIT_LIBRARY_CACHE_DIR")
-    return current(os.path.abspath(os.path.expanduser(d)) if d else None)
 
 
 def _refuse(d, why):
