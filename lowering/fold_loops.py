@@ -6,7 +6,10 @@ Contract
   repeated steps becomes one ``scan`` node (tracer/control_flow.py) whose body is one step:
   the compiled module, and the adjoint built on it, then follow the step, not the trip
   count. ``roots`` are values the caller still holds (the loss, aux results); the
-  returned map says where each one moved (a value not in it did not move).
+  returned map says where each one moved (a value not in it did not move). Only nodes
+  whose values are numbered ``since`` or later are rewritten: a transform called inside
+  another's trace rewrites the nodes its own call made, never the enclosing function's,
+  whose Python code may still hold any of its values.
 - A *run* is ``T >= MIN_STEPS`` consecutive copies of a ``P``-node step, ``T * P >=
   MIN_NODES`` (``MIN_NODES_FUSING`` when every node of the step is elementwise or a view), whose nodes match op for op (ops, attributes, types) and whose every input
   is, in every step: *local* (made earlier in the same step), *carried* (made by the
@@ -24,7 +27,9 @@ Contract
 - Only the forward graph is folded (before the adjoint), so reverse mode is the scan's
   reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off.
 - Then concatenations that rebuild one value from its slices (the program stacking the
-  per-step values of a loop) become that value (lowering/restack.py), folded or not.
+  per-step values of a loop) become that value (lowering/restack.py), folded or not, and
+  slices of values read only through slices are computed from slices of their operands
+  (lowering/push_slices.py), in the graph and in its regions' bodies.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import os
 
 import numpy as np
 
+from gradjit.lowering.push_slices import push_slices
 from gradjit.lowering.restack import restack
 from gradjit.lowering.runs import find_run, next_same
 from gradjit.tracer.control_flow import Region
@@ -69,23 +75,25 @@ class _Reject(Exception):
     pass
 
 
-def fold_loops(graph, roots=()):
+def fold_loops(graph, roots=(), since=0):
     moved = {}
     if len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
-        moved = _fold_runs(graph, roots)
+        moved = _fold_runs(graph, roots, since)
     # the per-step values a folded loop stacked, when the program stacks them again
-    more = restack(graph)
-    moved = {k: more.get(v, v) for k, v in moved.items()}
-    moved.update({k: v for k, v in more.items() if k not in moved})
+    for rewrite in (lambda g: restack(g, since),
+                    lambda g: push_slices(g, [moved.get(r, r) for r in roots], since)):
+        more = rewrite(graph)
+        moved = {k: more.get(v, v) for k, v in moved.items()}
+        moved.update({k: v for k, v in more.items() if k not in moved})
     return moved
 
 
-def _fold_runs(graph, roots):
+def _fold_runs(graph, roots, since):
     moved = {}
     sigs = {}
     ids = [sigs.setdefault(_sig(n), len(sigs)) for n in graph.nodes]
     nxt = next_same(ids)
-    i = 0
+    i = next((k for k, n in enumerate(graph.nodes) if n.outputs[0].id >= since), len(ids))
     while i < len(ids):
         run = find_run(ids, nxt, i, MIN_STEPS, MIN_NODES_FUSING)
         if run is not None and run[0] * run[1] < MIN_NODES and not all(

@@ -1,8 +1,9 @@
 """Concatenations that put one value back together, rewritten as that value or a view of it.
 
 Contract
-- ``restack(graph) -> {old Value: new Value}`` rewrites ``graph`` in place, before the
-  adjoint is built on it (as ``fold_loops``; the returned map likewise).
+- ``restack(graph, since=0) -> {old Value: new Value}`` rewrites ``graph`` in place,
+  before the adjoint is built on it (as ``fold_loops``; the returned map and ``since``
+  likewise).
 - A concatenation is one ``cat.default`` node. When its parts are, in order and tiling
   the whole result, the width-1 slices ``B[k]`` of one value ``B`` along one dim ``e``
   (``slice.Tensor``, through ``squeeze`` / ``unsqueeze`` / ``view`` nodes, which keep C
@@ -25,11 +26,11 @@ from gradjit.tracer.trace import Tracer
 _VIEWS = {"squeeze.dim", "squeeze.default", "unsqueeze.default", "view.default"}
 
 
-def restack(graph):
+def restack(graph, since=0):
     producer = {v: n for n in graph.nodes for v in n.outputs}
     moved = {}
     for node in list(graph.nodes):
-        if node.op != "cat.default":
+        if node.op != "cat.default" or node.outputs[0].id < since:
             continue
         mark = len(graph.nodes)
         new = _rebuilt(graph, node, producer)

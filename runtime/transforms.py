@@ -332,7 +332,9 @@ class value_and_grad(_Transformed):
         g = out.graph
         # Python loops the trace unrolled become scans before the adjoint is built on them
         held = [x for x in pytree.flatten(aux)[0] if isinstance(x, Tracer)]
-        moved = fold_loops(g, [out.value] + [x.value for x in held])
+        # (inside another trace, only the nodes the function made: after its fresh leaves)
+        since = max(a.value.id for a in wrt) + 1 if fresh and wrt else 0
+        moved = fold_loops(g, [out.value] + [x.value for x in held], since)
         if moved:
             out = Tracer(g, moved.get(out.value, out.value))
             aux = pytree.map_leaves(lambda x: Tracer(g, moved.get(x.value, x.value))
