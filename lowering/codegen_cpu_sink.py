@@ -8,8 +8,8 @@ Contract
   ``sinks[loop]`` lists ``(cat value, part, register, offset, dim)`` and ``skipped`` holds the
   cat statement and those views, which the generator no longer emits. The loop allocates
   the cat's result and stores each part's elements into its block (``stores``); a
-  register that only the cat read is no longer stored on its own (removed from
-  ``loop.stores``).
+  register that only the cat and its own loop read is no longer stored on its own
+  (removed from ``loop.stores``).
 - ``stores(sink, space, ix)``: the index expression of the part's block in the cat's
   result for the loop's current element (``ix(d)``: the loop's index of space dim ``d``).
 Why: ``np.stack([f(y), g(y)])`` of rows computed in one loop (an ODE's right-hand side)
@@ -54,12 +54,13 @@ def plan_sinks(steps, graph, loops):
         sinks.setdefault(loop.pop(), []).extend(found)
         skipped.add(st)
         skipped.update(views)
-    # A register only sunk parts read is no longer stored on its own.
+    # A register only sunk parts and its own loop read is no longer stored on its own.
     gone = {s.node for s in skipped}
     for loop, found in sinks.items():
+        inside = set(loop.nodes)
         for _, _, v, _, _ in found:
             if v in loop.stores and v not in outputs and \
-                    all(u in gone for u in users.get(v, [])):
+                    all(u in gone or u in inside for u in users.get(v, [])):
                 loop.stores.remove(v)
     return sinks, skipped
 
