@@ -26,7 +26,7 @@ from gradjit.tracer.numpy_methods import NumpyMethods
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.registry import (GradjitError, _user_frame, bind_attrs, get_op, real_only,
                                      user_site)
-from gradjit.tracer.tracer_setitem import VIEW_OPS, note_view, setitem
+from gradjit.tracer.tracer_setitem import VIEW_OPS, note_view, setitem, write
 
 
 class TracerValueError(GradjitError, TypeError):
@@ -115,14 +115,51 @@ class Tracer(NumpyMethods, ArrayOps):
     def tolist(self):
         self._fail(".tolist() of a traced array")
 
-    def __setitem__(self, index, value):
+    def _writable(self, what):
         body = BODIES.stack[-1] if BODIES.stack else None
         if body is not None and self.graph is not body.graph and id(self.graph) in body.family:
-            raise GradjitError("x[index] = value inside the body of gj.scan / gj.fori_loop / "
+            raise GradjitError(f"{what} inside the body of gj.scan / gj.fori_loop / "
                                "gj.while_loop / gj.cond / gj.checkpoint, on an array made "
                                "outside it: a body cannot change outer arrays. Pass the array "
                                "in the loop's carry and return the changed one", user_site())
+
+    def __setitem__(self, index, value):
+        self._writable("x[index] = value")
         setitem(self, index, value)   # rebinds this tracer (tracer/tracer_setitem.py)
+
+    def _inplace(self, sign, result):
+        """``x op= y`` as NumPy: ``x``'s own memory holds the result (cast to its dtype,
+        'same_kind', and never broadcast larger), so every name bound to ``x``, its base
+        and its other views see it (tracer/tracer_setitem.py's write-through)."""
+        if result is NotImplemented:
+            return result
+        self._writable(f"x {sign} y")
+        if tuple(result.shape) != tuple(self.shape):
+            raise ValueError(f"non-broadcastable output operand with shape {tuple(self.shape)} "
+                             f"doesn't match the broadcast shape {tuple(result.shape)}\n"
+                             f"  at {user_site()}")
+        if result.dtype != self.dtype:
+            if not np.can_cast(result.dtype, self.dtype, casting="same_kind"):
+                raise TypeError(f"x {sign} y: cannot cast the result from dtype('{result.dtype}') "
+                                f"to dtype('{self.dtype}') with casting rule 'same_kind'\n"
+                                f"  at {user_site()}")
+            result = result.astype(self.dtype)
+        write(self, result.value)
+        return self
+
+    def __iadd__(self, other): return self._inplace("+=", self.__add__(other))
+    def __isub__(self, other): return self._inplace("-=", self.__sub__(other))
+    def __imul__(self, other): return self._inplace("*=", self.__mul__(other))
+    def __itruediv__(self, other): return self._inplace("/=", self.__truediv__(other))
+    def __ifloordiv__(self, other): return self._inplace("//=", self.__floordiv__(other))
+    def __ipow__(self, other): return self._inplace("**=", self.__pow__(other))
+    def __imod__(self, other): return self._inplace("%=", np.remainder(self, other))
+    def __imatmul__(self, other): return self._inplace("@=", self.__matmul__(other))
+    def __iand__(self, other): return self._inplace("&=", self.__and__(other))
+    def __ior__(self, other): return self._inplace("|=", self.__or__(other))
+    def __ixor__(self, other): return self._inplace("^=", self.__xor__(other))
+    def __ilshift__(self, other): return self._inplace("<<=", self.__lshift__(other))
+    def __irshift__(self, other): return self._inplace(">>=", self.__rshift__(other))
 
     def _copy(self):
         """A new tracer of the same value: a NumPy copy, which later assignments to either

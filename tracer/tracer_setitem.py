@@ -171,6 +171,15 @@ def _inverse(parent, op, a, new):
     return _assigned(parent, index, new)
 
 
+def write(t, value):
+    """``t`` (a tracer) holds ``value`` from now on, with NumPy's view semantics (``x op= y``)."""
+    tree = t.graph.view_tree
+    if tree is None:
+        t.value = value
+    else:
+        _write(t, value, tree)
+
+
 def _write(t, value, tree, skip=None):
     """``t`` holds ``value`` now: write through to its bases, then recompute their views."""
     e = _own(tree, t)

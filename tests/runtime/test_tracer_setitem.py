@@ -131,3 +131,115 @@ def test_library_arrays_stay_arrays_inside_a_trace(interpreted):
     np.testing.assert_allclose(gj.jit(lambda x: np.pad(x, 1) + np.zeros(4, dtype=int))(x),
                                [0.0, 1.0, 2.0, 0.0])
     assert isinstance(np.zeros(2), np.ndarray)      # outside a trace: NumPy's own
+
+
+# -- x op= y: NumPy writes the result into x's own memory -----------------------------------
+def _normalize_(v):
+    v /= np.linalg.norm(v)   # (an in-place helper: the caller's array changes)
+
+
+def _helper_in_place(x):
+    y = x.copy()
+    _normalize_(y)
+    return y * np.arange(1.0, 5.0)
+
+
+def _through_slice(x):
+    y = x * 1.0
+    v = y[1:]
+    v *= 2.0
+    v -= x[:-1]
+    return y
+
+
+def _through_reshape_and_reverse(x):
+    y = x.copy()
+    m = y.reshape(2, 2)
+    m **= 2
+    r = y[::-1]
+    r += np.sin(x)
+    return y
+
+
+def _row_of_a_buffer(x):
+    out = np.zeros((2, 4))
+    row = out[1]
+    row += x
+    row /= 3.0
+    return out
+
+
+def _alias_and_stale_view(x):
+    y = x * 1.0
+    head = y[:2]           # a view of y: sees the change below
+    z = y                  # the same array
+    z *= x
+    return np.concatenate([y, head])
+
+
+def _int_array(x):
+    k = (x > 2.5).astype(np.int64)
+    k += 1
+    k *= 3
+    return x * k
+
+
+@pytest.mark.parametrize("f", [_helper_in_place, _through_slice, _through_reshape_and_reverse,
+                               _row_of_a_buffer, _alias_and_stale_view, _int_array])
+def test_augmented_assignment_writes_into_the_array_as_numpy(f, interpreted):
+    # (``v *= 2`` on a view once only rebound the name: the base kept its old values)
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_allclose(gj.jit(f)(x), f(x.copy()), rtol=1e-13)
+    w = np.arange(1.0, np.size(f(x)) + 1).reshape(np.shape(f(x)))
+    np.testing.assert_allclose(gj.grad(lambda x: (f(x) * w).sum())(x),
+                               numerical_grad(lambda x: f(x) * w, [x], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_augmented_assignment_compiled():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    f = _through_slice
+    np.testing.assert_allclose(gj.grad(lambda x: (f(x) ** 2).sum())(x),
+                               numerical_grad(lambda x: f(x) ** 2, [x], 0), rtol=1e-6)
+
+
+def test_augmented_assignment_refuses_what_numpy_refuses(interpreted):
+    x = np.array([1.0, 2.0, 3.0])
+
+    def grows(x):
+        y = x[:1] * 1.0
+        y += x             # (1,) += (3,): NumPy cannot broadcast into y
+        return y
+
+    def to_int(x):
+        k = (x > 1.0).astype(np.int64)
+        k += x             # float into int: not 'same_kind'
+        return k
+    with pytest.raises(ValueError, match="non-broadcastable output operand"):
+        gj.jit(grows)(x)
+    with pytest.raises(TypeError, match="same_kind"):
+        gj.jit(to_int)(x)
+    with pytest.raises(ValueError, match="read-only"):
+        gj.jit(lambda x: np.broadcast_to(x, (2, 3)).__iadd__(1.0))(x)
+
+    def outer_in_body(x):
+        acc = x * 1.0
+
+        def body(c, xi):
+            c += xi            # a carry: the body's own
+            return c, c * acc
+        total, _ = gj.scan(body, x * 0.0, np.stack([x, x]))
+        acc += total       # fine: outside the body
+        return acc
+    np.testing.assert_allclose(gj.jit(outer_in_body)(x), 3 * x)
+
+    def writes_outer(x):
+        acc = x * 1.0
+
+        def body(c, xi):
+            nonlocal acc
+            acc += xi
+            return c, c
+        gj.scan(body, x, np.stack([x, x]))
+        return acc
+    with pytest.raises(gj.GradjitError, match="a body cannot change outer arrays"):
+        gj.jit(writes_outer)(x)
