@@ -155,6 +155,13 @@ def _first_arg(orig):
         if any(isinstance(a, (list, tuple)) for a in args[:n]):
             args = tuple(to_traced(a) if isinstance(a, (list, tuple)) and _holds_traced(a) else a
                          for a in args[:n]) + args[n:]
+        if args and isinstance(args[0], np.ndarray):
+            # a traced argument NumPy's dispatch does not look at (np.take(table, i): only
+            # the table): the table becomes a constant, so gradjit's function takes the call
+            ref = next((a for a in (*args[1:], *kwargs.values()) if isinstance(a, ArrayOps)),
+                       None)
+            if ref is not None:
+                args = (ref._const(args[0]),) + args[1:]
         return orig(*args, **kwargs)
     call.__wrapped__ = orig
     return call

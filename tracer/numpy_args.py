@@ -119,9 +119,14 @@ def like_of(*xs):
 
 
 def obj(x, like, dtype=None):
-    """``x`` as a gradjit array of ``like``'s front end (a constant unless it is one)."""
+    """``x`` as a gradjit array of ``like``'s front end (a constant unless it is one; a
+    list or tuple holding gradjit arrays is built from them, as ``np.array`` of it)."""
     if is_obj(x):
         return x if dtype is None else ArrayOps.to(x, dtype)
+    if isinstance(x, (list, tuple)):
+        from gradjit.tracer.coercion import _holds_traced, to_traced
+        if _holds_traced(x):   # ([a, [a[0] * 2]]: NumPy would make an array of the list)
+            return to_traced(x, like, dtype)
     return like._const(np.asarray(x, dtype=dtype))
 
 

@@ -75,6 +75,20 @@ def _storing_into_array():
     return dis.opname[f.f_code.co_code[f.f_lasti]] in ("STORE_SUBSCR", "STORE_SLICE")
 
 
+def _indexing_an_array():
+    """Is the user's current instruction a subscript load (``table[i]``, NumPy reading a
+    traced index ``i`` of a NumPy array)?"""
+    f = _user_frame(2)
+    return f is not None and dis.opname[f.f_code.co_code[f.f_lasti]] in ("BINARY_SUBSCR",
+                                                                         "BINARY_SLICE")
+
+
+_INDEX_ADVICE = ("a NumPy array indexed by a traced array (table[i]): NumPy asks for the index's "
+                 "numbers, which are not known while gj.jit / gj.grad trace the function. "
+                 "Write np.take(table, i, axis=0) (traced, with its gradient), or index a traced "
+                 "array: a function argument, or a buffer filled inside the function.")
+
+
 class Tracer(NumpyMethods, ArrayOps):
     __slots__ = ("graph", "value", "__weakref__")   # (weak: tracer_setitem's view tree)
 
@@ -169,6 +183,8 @@ class Tracer(NumpyMethods, ArrayOps):
     def __array__(self, dtype=None, copy=None):
         if _storing_into_array():
             self._fail("np.asarray() of a traced array")
+        if _indexing_an_array():
+            raise TracerValueError(_INDEX_ADVICE, user_site())
         # Not control flow: NumPy wants the numbers, in a call gradjit does not trace.
         raise TracerValueError(_ARRAY_ADVICE, user_site())
 
@@ -250,6 +266,10 @@ def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
     real_only(array.dtype, "an array the traced function captured or made")
+    if array.dtype == object:   # (NumPy made an array of a list holding traced values)
+        raise GradjitError("an array of Python objects met the trace: a list mixing traced "
+                           "values and numbers where gradjit does not build one array of it; "
+                           "make it one array first (np.array([...]) or np.stack)", user_site())
     if array.ndim == 0:  # scalars: one input per (dtype, value), e.g. the 0 of where(c, g, 0)
         key = ("scalar", array.dtype.str, array.tobytes())  # exact bits: -0.0 is not 0.0
         v = graph.constant_ids.get(key)

@@ -16,6 +16,11 @@ differences of the first-order gradient where the backward is differentiable.
 - dtype promotion in np.linalg (float32 with float64 is float64, integers float64).
 - ``np.array(tensor)`` copies (NumPy 2's ``__array__(copy=True)``): writing to it used to
   change the tensor; ``np.asarray`` shares, as with torch; ``copy=False`` never copies.
+- A list holding a traced scalar among the parts of ``np.concatenate`` / ``hstack`` /
+  ``stack`` / ``vstack`` became an array of Python objects, which crashed when the code ran;
+  it is built from its elements as ``np.array`` of it would be.
+- ``np.take(table, i)`` of a NumPy table and a traced index crashed (NumPy's dispatch does
+  not look at the index); ``table[i]`` raises an error that says to write ``np.take``.
 
 np.dot's rules and np.cross / np.inner / np.trace / np.vdot / np.outer /
 np.linalg.multi_dot: ``test_numpy_products.py`` (these helpers).
@@ -342,3 +347,34 @@ def test_np_array_of_a_tensor_is_a_copy_and_asarray_shares():
     assert np.shares_memory(np.asarray(t, copy=False), t.numpy())
     with pytest.raises(ValueError, match="copy=False"):
         np.asarray(t, dtype=np.float32, copy=False)
+
+
+def _lists_of_scalars(a):
+    return (np.concatenate([a, [a[0] * 2]]) ** 2).sum() + (np.hstack([a, (a[1], 1.0)]) ** 3).sum() \
+        + (np.stack([a, [a[0] * 2, 1.0, a[2]]]) * np.arange(6.0).reshape(2, 3)).sum() \
+        + np.vstack([a, (a[2], a[0], 0.5)]).prod()
+
+
+def _table_lookup(xq):   # piecewise-linear interpolation in a NumPy table
+    xg, yg = np.array([0.0, 0.2, 0.5, 0.9, 1.0]), np.array([1.0, 3.0, 2.0, 5.0, 4.0])
+    i = np.clip(np.searchsorted(xg, xq) - 1, 0, 3)
+    x0, x1 = np.take(xg, i), np.take(xg, i + 1, axis=0)
+    t = (xq - x0) / (x1 - x0)
+    return (np.take(yg, i) * (1 - t) + np.take(yg, i + 1) * t).sum()
+
+
+@pytest.mark.parametrize("f", [_lists_of_scalars, _table_lookup])
+def test_lists_of_traced_scalars_and_numpy_tables(f, executor):
+    x = np.array([0.3, 0.55, 0.7])
+    np.testing.assert_allclose(gj.jit(f)(x), f(x), rtol=1e-13)
+    np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
+
+
+def test_a_numpy_table_indexed_by_a_traced_index_says_what_to_write(interpreted):
+    table = np.array([1.0, 3.0, 2.0])
+
+    def f(x):
+        return (table[np.clip(x.astype(np.int64), 0, 2)] * x).sum()
+    with pytest.raises(gj.GradjitError, match=r"np.take\(table, i, axis=0\)") as e:
+        gj.grad(f)(np.array([0.5, 1.5]))
+    assert "table[np.clip" in str(e.value)
