@@ -12,7 +12,8 @@ Contract
   reach them when this adjoint is itself differentiated).
 - ``cond``: a cond of the two branches' adjoint bodies, on the same predicate.
 - ``call`` (``gj.checkpoint``): a call of the body's adjoint body, which recomputes.
-- ``while``: no reverse mode; a clear error says to give ``max_steps``.
+- ``while``: no reverse mode; a clear error says to give ``max_steps``. Forward mode
+  (``FORWARD_RULES``, lowering/forward.py) is a while loop of values and tangents.
 - Because every adjoint is a region node of the same kinds, the result differentiates
   again (higher order). Cotangents that are absent are zeros of the right type.
 """
@@ -176,5 +177,56 @@ def while_rule(graph, node, grad_outs, mask):
                        node.site)
 
 
+def while_forward(graph, node, ts):
+    """Forward mode of ``while``: a while loop of the values and their tangents, the body
+    followed by its tangents, the condition on the values alone (as JAX's), so no bound
+    on the steps is needed. Returns the tangent of each output (None: not float)."""
+    from gradjit.lowering.forward import tangents
+    a = node.attrs
+    body, cond, nc = a["body"].graph, a["cond_body"].graph, a["n_carry"]
+    carries, caps = node.inputs[:nc], node.inputs[nc:]
+    tc = [k for k, v in enumerate(carries) if _is_float(v)]          # tangents carried
+    tk = [k for k, t in enumerate(ts[nc:]) if t is not None]        # captures with tangents
+    g = Graph(f"{body.name}.jvp")
+    b_in = [g.add_input(v.shape, v.dtype) for v in body.inputs]
+    t_c = [g.add_input(body.inputs[k].shape, body.inputs[k].dtype) for k in tc]
+    t_k = [g.add_input(body.inputs[nc + k].shape, body.inputs[nc + k].dtype) for k in tk]
+    vmap = dict(zip(body.inputs, b_in))
+    for n in body.nodes:
+        outs = g.add_node(n.op, [vmap[v] for v in n.inputs], n.attrs,
+                          [(v.shape, v.dtype) for v in n.outputs], n.site)
+        vmap.update(zip(n.outputs, outs))
+    outs = [vmap[v] for v in body.outputs]
+    t_out = tangents(g, [b_in[k] for k in tc] + [b_in[nc + k] for k in tk], t_c + t_k,
+                     [outs[k] for k in tc])
+    t_out = [t if t is not None else _zeros(g, outs[k]) for t, k in zip(t_out, tc)]
+    consts = [(v, g.constants.pop(v)) for v in list(g.constants)]
+    g.constant_ids = {}
+    # one signature for both bodies: values, their tangents, captures, their tangents, constants
+    g.inputs = b_in[:nc] + t_c + b_in[nc:] + t_k + [v for v, _ in consts]
+    g.outputs = outs + t_out
+    c = Graph(f"{cond.name}.jvp")
+    c_in = [c.add_input(v.shape, v.dtype) for v in cond.inputs]
+    cmap = dict(zip(cond.inputs, c_in))
+    for n in cond.nodes:
+        o = c.add_node(n.op, [cmap[v] for v in n.inputs], n.attrs,
+                       [(v.shape, v.dtype) for v in n.outputs], n.site)
+        cmap.update(zip(n.outputs, o))
+    unused = lambda vs: [c._new_value(v.shape, v.dtype) for v in vs]   # noqa: E731
+    c.inputs = c_in[:nc] + unused(t_c) + c_in[nc:] + unused(t_k) + unused([v for v, _ in consts])
+    c.outputs = [cmap[v] for v in cond.outputs]
+    init_t = [ts[k] if ts[k] is not None else _zeros(graph, carries[k]) for k in tc]
+    res = graph.add_node("while.default", list(carries) + init_t + list(caps)
+                         + [ts[nc + k] for k in tk] + _fed(graph, consts),
+                         {"cond_body": Region(c), "body": Region(g), "n_carry": nc + len(tc)},
+                         [(v.shape, v.dtype) for v in carries]
+                         + [(carries[k].shape, carries[k].dtype) for k in tc], node.site)
+    out = [None] * nc
+    for j, k in enumerate(tc):
+        out[k] = res[nc + j]
+    return out
+
+
 RULES = {"scan.default": scan_rule, "cond.default": cond_rule, "call.default": call_rule,
          "while.default": while_rule}
+FORWARD_RULES = {"while.default": while_forward}   # (no reverse mode to linearise)

@@ -65,8 +65,9 @@ def _linearised(entry, node, graph, ts, rules):
 
 
 def tangents(graph, inputs, tangent_values, outputs, rules=None, forward_rules=None):
-    from gradjit.lowering.adjoint_regions import RULES as regions   # (linearised: scans...)
-    table = dict(entries(), **regions, **(rules or {}))
+    from gradjit.lowering.adjoint_regions import FORWARD_RULES, RULES as regions
+    table = dict(entries(), **regions, **(rules or {}))   # (regions linearised: scans ...)
+    forward_rules = dict(FORWARD_RULES, **(forward_rules or {}))
     tan = {v: t for v, t in zip(inputs, tangent_values) if t is not None}
     n_forward = len(graph.nodes)
     for node in graph.nodes[:n_forward]:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from gradjit.runtime import tiers
 from tests.counters import lines_and_compiles
 from tests.fd import numerical_grad
 
@@ -101,6 +102,25 @@ def test_while_loop(executor):
     np.testing.assert_array_equal(gj.jit(unbounded)(np.ones(3)), [32.0, 32.0, 32.0])
     with pytest.raises(gj.GradjitError, match="max_steps"):
         gj.grad(lambda w: unbounded(w).sum())(np.ones(3))
+
+
+def test_while_loop_forward_mode_needs_no_bound(executor):
+    # a loop of the values and their tangents (as JAX's): the condition reads the values;
+    # a captured array with a tangent (w) and a carried integer (the count) too
+    def f(w):
+        v, _ = gj.while_loop(lambda c: (c[0].sum() < 6.0) & (c[1] < 9),
+                             lambda c: (np.sin(c[0]) * w + c[0] * 1.2, c[1] + 1), (w * 1.0, 0))
+        return v
+
+    w, t = np.array([0.5, 0.2, 0.1]), np.array([1.0, -0.5, 0.25])
+    value, tangent = gj.jvp(f, (w,), (t,))
+    with tiers.forced("never"):
+        want = gj.jit(f)(w)
+    eps = 1e-6
+    np.testing.assert_allclose(value, want, rtol=1e-12)
+    fd = (gj.jit(f)(w + eps * t) - gj.jit(f)(w - eps * t)) / (2 * eps)
+    np.testing.assert_allclose(tangent, fd, rtol=1e-6)
+    np.testing.assert_allclose(gj.jacfwd(f)(w) @ t, tangent, rtol=1e-12)
 
 
 def test_cond_runs_one_branch_with_its_gradient(executor, rng):
