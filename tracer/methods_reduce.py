@@ -9,7 +9,8 @@ Contract
   p > 0; dims), ``nansum``, ``cumsum``, ``cumprod``, ``logcumsumexp``,
   ``cummax`` / ``cummin`` (values, int64 indices), ``sort`` (stable; values,
   indices), ``topk``, ``kthvalue``, ``median`` (no dim: the lower median's
-  value; dim: values, indices) and ``dist``.
+  value; dim: values, indices) and ``dist``. Each (values, indices) pair is a
+  ``values_indices`` named tuple (``.values``, ``.indices``), as torch's return types.
 - ``topk`` / ``kthvalue`` / ``median`` are composites: ``sort`` then a
   ``narrow`` / ``select`` of values and indices (so ties resolve by position:
   the earliest index first, the lower median for even counts, as torch's
@@ -24,6 +25,7 @@ Contract
 """
 from __future__ import annotations
 
+import collections
 import math
 import numbers
 
@@ -38,6 +40,16 @@ def _count(shape, dims):
     return n
 
 
+class values_indices(collections.namedtuple("values_indices", ["values", "indices"])):
+    """What torch's ``max(dim)``, ``sort``, ``topk`` ... return: a pair that is also
+    read by name (``x.max(1).values``), as ``torch.return_types``."""
+    __slots__ = ()
+
+
+def _pair(res):
+    return values_indices(*res)
+
+
 class ReduceMethods:
     __slots__ = ()
 
@@ -50,7 +62,7 @@ class ReduceMethods:
         dim = dim if axis is None else axis
         if dim is None or not isinstance(dim, numbers.Integral) or axis is not None:
             return getattr(self, "a" + name)(() if dim is None else dim, keepdim)
-        return self._minmax_dim(name, dim, keepdim)   # (values, indices): methods_index.py
+        return _pair(self._minmax_dim(name, dim, keepdim))   # (methods_index.py)
 
     def max(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         return self._minmax("max", dim, keepdim if keepdims is None else keepdims, axis)
@@ -126,14 +138,14 @@ class ReduceMethods:
         return self._scan("logcumsumexp", dim)
 
     def cummax(self, dim):
-        return self._scan("cummax", dim)
+        return _pair(self._scan("cummax", dim))
 
     def cummin(self, dim):
-        return self._scan("cummin", dim)
+        return _pair(self._scan("cummin", dim))
 
     def sort(self, dim=-1, descending=False, *, stable=True):
         d = norm_dim(int(dim), self.ndim, "sort")
-        return apply("sort.default", [self], {"dim": d, "descending": bool(descending)})
+        return _pair(apply("sort.default", [self], {"dim": d, "descending": bool(descending)}))
 
     def argsort(self, dim=-1, descending=False, *, stable=True):
         return ReduceMethods.sort(self, dim, descending)[1]
@@ -145,8 +157,8 @@ class ReduceMethods:
             raise IndexError(f"topk: selected index k={k} out of range for a dimension of size {n}")
         v, i = ReduceMethods.sort(self, d, descending=largest)
         if not self.ndim:
-            return v, i
-        return v.narrow(d, 0, k), i.narrow(d, 0, k)
+            return _pair((v, i))
+        return _pair((v.narrow(d, 0, k), i.narrow(d, 0, k)))
 
     def kthvalue(self, k, dim=-1, keepdim=False):
         d = norm_dim(int(dim), self.ndim, "kthvalue")
@@ -159,9 +171,9 @@ class ReduceMethods:
     def _select_sorted(self, d, j, keepdim):
         v, i = ReduceMethods.sort(self, d)
         if not self.ndim:
-            return v, i
+            return _pair((v, i))
         v, i = v.narrow(d, j, 1), i.narrow(d, j, 1)
-        return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+        return _pair((v, i) if keepdim else (v.squeeze(d), i.squeeze(d)))
 
     def median(self, dim=None, keepdim=False):
         if dim is None:

@@ -148,3 +148,17 @@ def test_gradient_goes_to_the_selected_index(interpreted):
     np.testing.assert_array_equal(_grad(lambda x: x.sort(dim=0)[0][-1], x), [0.0, 0.0, 1.0, 0.0])
     np.testing.assert_array_equal(_grad(lambda x: x.median(), x), [0.0, 0.0, 0.0, 1.0])
     np.testing.assert_array_equal(_grad(lambda x: x.topk(2)[0].sum(), x), [0.0, 1.0, 1.0, 0.0])
+
+
+def test_values_and_indices_pairs_are_named_as_torchs(interpreted):
+    x = gj.tensor(np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]]), requires_grad=True)
+    pairs = {"max": x.max(dim=1), "min": x.min(1), "sort": x.sort(1), "topk": x.topk(2, 1),
+             "kthvalue": x.kthvalue(2, 1), "median": x.median(1), "cummax": x.cummax(1),
+             "cummin": x.cummin(1)}
+    for name, p in pairs.items():
+        values, indices = p   # (still a pair)
+        assert p.values is values and p.indices is indices and p[0] is values, name
+        assert indices.dtype == np.int64, name
+    np.testing.assert_array_equal(pairs["max"].indices.data, [1, 2])
+    pairs["max"].values.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[0, 1, 0], [0, 0, 1]])
