@@ -6,15 +6,44 @@ Contract
   the recorded node; the version counter (``_box``) is bumped, so backward
   refuses values a later in-place op changed. Leaves that require grad refuse
   in-place ops while grad mode is on, as in torch.
+- A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[..., None]``) is,
+  in torch, a view: an in-place op on it changes ``y``. gradjit's tensor slices are
+  copies, so such an op (and ``x[i] = v`` on it) raises, saying to assign into ``y``
+  instead, rather than leave ``y`` silently unchanged.
 - Mixed into ``Tensor`` (tracer/tensor.py), which this module imports lazily.
 """
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
 from gradjit.tracer import tape
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
+
+
+_SLICES = {}   # id -> weakref of each live tensor made by basic indexing of another
+
+
+def _forget(k):
+    return lambda r: _SLICES.get(k) is r and _SLICES.pop(k)
+
+
+def _basic(index):
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
+               and not isinstance(i, bool) for i in items)
+
+
+def _check_not_a_slice(t, example):
+    r = _SLICES.get(id(t))
+    if r is not None and r() is t:
+        raise RuntimeError(f"{example} on a slice of another tensor: in torch it changes y "
+                           f"through the view, but gradjit's tensor slices are copies, so y "
+                           f"would silently keep its old values. Assign into y instead "
+                           f"(y[1:] = y[1:] + x, differentiable), or call .clone() on the "
+                           f"slice to make the copy explicit")
 
 
 def _tensor_class():
@@ -27,9 +56,17 @@ class InplaceMethods:
 
     __slots__ = ()
 
+    def __getitem__(self, index):
+        out = super().__getitem__(index)
+        if _basic(index) and isinstance(out, _tensor_class()) and out is not self:
+            k = id(out)
+            _SLICES[k] = weakref.ref(out, _forget(k))
+        return out
+
     def _inplace(self, result):
         """Write ``result`` (computed out of place, recorded with edges to the old self)
         into this tensor's array and make this tensor the output of that node."""
+        _check_not_a_slice(self, "an in-place operation (y[1:].add_(x), v = y[1:]; v += x)")
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         if self._inference and not is_inference_mode_enabled():
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
@@ -103,6 +140,7 @@ class InplaceMethods:
         or a value that requires grad it is a recorded, differentiable in-place op:
         gradients flow to the untouched part of ``x`` and to ``value``."""
         Tensor = _tensor_class()
+        _check_not_a_slice(self, "an assignment (v = y[1:]; v[0] = 1.0)")
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         index = _concrete_index(index, Tensor)
         v = value if isinstance(value, Tensor) else None
