@@ -38,6 +38,16 @@ def _zeros(g, like):
     return zeros_like(Tracer(g, like)).value
 
 
+def _copy_into(g, body, ins):
+    """``body``'s nodes appended to ``g``, reading ``ins`` for its inputs: its outputs."""
+    vmap = dict(zip(body.inputs, ins))
+    for node in body.nodes:
+        outs = g.add_node(node.op, [vmap[v] for v in node.inputs], node.attrs,
+                          [(v.shape, v.dtype) for v in node.outputs], node.site)
+        vmap.update(zip(node.outputs, outs))
+    return [vmap[v] for v in body.outputs]
+
+
 def vjp_body(body, name, lead=()):
     """A graph: inputs ``lead`` types, then ``body``'s inputs, then one cotangent per float
     output of ``body``; outputs: the cotangent of each float input of ``body`` (zeros
@@ -49,12 +59,7 @@ def vjp_body(body, name, lead=()):
     g = Graph(name)
     lead_in = [g.add_input(s, d) for s, d in lead]
     ins = [g.add_input(v.shape, v.dtype) for v in body.inputs]
-    vmap = dict(zip(body.inputs, ins))
-    for node in body.nodes:
-        outs = g.add_node(node.op, [vmap[v] for v in node.inputs], node.attrs,
-                          [(v.shape, v.dtype) for v in node.outputs], node.site)
-        vmap.update(zip(node.outputs, outs))
-    outs = [vmap[v] for v in body.outputs]
+    outs = _copy_into(g, body, ins)
     seeds = [g.add_input(v.shape, v.dtype) if _is_float(v) else None for v in body.outputs]
     wrt = [v for v in ins if _is_float(v)]
     grads = adjoint(g, outs, seeds, wrt)
@@ -191,12 +196,7 @@ def while_forward(graph, node, ts):
     b_in = [g.add_input(v.shape, v.dtype) for v in body.inputs]
     t_c = [g.add_input(body.inputs[k].shape, body.inputs[k].dtype) for k in tc]
     t_k = [g.add_input(body.inputs[nc + k].shape, body.inputs[nc + k].dtype) for k in tk]
-    vmap = dict(zip(body.inputs, b_in))
-    for n in body.nodes:
-        outs = g.add_node(n.op, [vmap[v] for v in n.inputs], n.attrs,
-                          [(v.shape, v.dtype) for v in n.outputs], n.site)
-        vmap.update(zip(n.outputs, outs))
-    outs = [vmap[v] for v in body.outputs]
+    outs = _copy_into(g, body, b_in)
     t_out = tangents(g, [b_in[k] for k in tc] + [b_in[nc + k] for k in tk], t_c + t_k,
                      [outs[k] for k in tc])
     t_out = [t if t is not None else _zeros(g, outs[k]) for t, k in zip(t_out, tc)]
@@ -207,14 +207,10 @@ def while_forward(graph, node, ts):
     g.outputs = outs + t_out
     c = Graph(f"{cond.name}.jvp")
     c_in = [c.add_input(v.shape, v.dtype) for v in cond.inputs]
-    cmap = dict(zip(cond.inputs, c_in))
-    for n in cond.nodes:
-        o = c.add_node(n.op, [cmap[v] for v in n.inputs], n.attrs,
-                       [(v.shape, v.dtype) for v in n.outputs], n.site)
-        cmap.update(zip(n.outputs, o))
+    c_out = _copy_into(c, cond, c_in)
     unused = lambda vs: [c._new_value(v.shape, v.dtype) for v in vs]   # noqa: E731
     c.inputs = c_in[:nc] + unused(t_c) + c_in[nc:] + unused(t_k) + unused([v for v, _ in consts])
-    c.outputs = [cmap[v] for v in cond.outputs]
+    c.outputs = c_out
     init_t = [ts[k] if ts[k] is not None else _zeros(graph, carries[k]) for k in tc]
     res = graph.add_node("while.default", list(carries) + init_t + list(caps)
                          + [ts[nc + k] for k in tk] + _fed(graph, consts),

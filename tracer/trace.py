@@ -161,20 +161,6 @@ class Tracer(NumpyMethods, ArrayOps):
         write(self, result.value)
         return self
 
-    def __iadd__(self, other): return self._inplace("+=", self.__add__(other))
-    def __isub__(self, other): return self._inplace("-=", self.__sub__(other))
-    def __imul__(self, other): return self._inplace("*=", self.__mul__(other))
-    def __itruediv__(self, other): return self._inplace("/=", self.__truediv__(other))
-    def __ifloordiv__(self, other): return self._inplace("//=", self.__floordiv__(other))
-    def __ipow__(self, other): return self._inplace("**=", self.__pow__(other))
-    def __imod__(self, other): return self._inplace("%=", np.remainder(self, other))
-    def __imatmul__(self, other): return self._inplace("@=", self.__matmul__(other))
-    def __iand__(self, other): return self._inplace("&=", self.__and__(other))
-    def __ior__(self, other): return self._inplace("|=", self.__or__(other))
-    def __ixor__(self, other): return self._inplace("^=", self.__xor__(other))
-    def __ilshift__(self, other): return self._inplace("<<=", self.__lshift__(other))
-    def __irshift__(self, other): return self._inplace(">>=", self.__rshift__(other))
-
     def _copy(self):
         """A new tracer of the same value: a NumPy copy, which later assignments to either
         one do not share."""
@@ -221,6 +207,20 @@ class Tracer(NumpyMethods, ArrayOps):
         if op_name in VIEW_OPS and view_of and g.view_tree is not None:
             note_view(inputs[0], res[0], op_name, attrs)   # NumPy's view semantics
         return res[0] if len(res) == 1 else tuple(res)
+
+
+def _augmented(sign, op):
+    def method(self, other):
+        return self._inplace(sign, getattr(self, op)(other))
+    method.__name__ = f"__i{op[2:]}"
+    return method
+
+
+for _sign, _op in (("+=", "__add__"), ("-=", "__sub__"), ("*=", "__mul__"),
+                   ("/=", "__truediv__"), ("//=", "__floordiv__"), ("**=", "__pow__"),
+                   ("%=", "__mod__"), ("@=", "__matmul__"), ("&=", "__and__"), ("|=", "__or__"),
+                   ("^=", "__xor__"), ("<<=", "__lshift__"), (">>=", "__rshift__")):
+    setattr(Tracer, f"__i{_op[2:]}", _augmented(_sign, _op))   # x op= y: Tracer._inplace
 
 
 class _Bodies(threading.local):
