@@ -80,12 +80,15 @@ def fold_loops(graph, roots=(), since=0):
     if len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
         moved = _fold_runs(graph, roots, since)
     # the per-step values a folded loop stacked, when the program stacks them again
-    for rewrite in (lambda g: restack(g, since),
-                    lambda g: push_slices(g, [moved.get(r, r) for r in roots], since)):
-        more = rewrite(graph)
-        moved = {k: more.get(v, v) for k, v in moved.items()}
-        moved.update({k: v for k, v in more.items() if k not in moved})
-    return moved
+    moved = _then(moved, restack(graph, since))
+    return _then(moved, push_slices(graph, [moved.get(r, r) for r in roots], since))
+
+
+def _then(moved, more):
+    """Where each value went after ``moved``, then ``more``."""
+    out = {k: more.get(v, v) for k, v in moved.items()}
+    out.update({k: v for k, v in more.items() if k not in out})
+    return out
 
 
 def _fold_runs(graph, roots, since):
