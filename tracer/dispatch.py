@@ -79,6 +79,18 @@ def promoting(x, like):
     return x if isinstance(x, np.generic) and getattr(like, "_numpy_promotion", False) else _py(x)
 
 
+def float_operand(x, like):
+    """``as_operand``, where a float array meets ``like``'s float dtype in the graph (a cast
+    node), so the constant is the caller's array itself, read at each call: a batch buffer
+    refilled between calls is seen (a copy cast up front kept its first values)."""
+    if not hasattr(x, "_apply"):
+        a = np.asarray(x)
+        if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
+            c = as_operand(a, like)
+            return c if c.dtype == like.dtype else c.to(like.dtype)
+    return as_operand(x, like)
+
+
 def as_operand(x, like):
     """``x`` as a gradjit object: tensors pass, scalars and arrays become constants of
     ``like``'s front end; a Python scalar takes the promoted dtype of ``like`` (weak), a

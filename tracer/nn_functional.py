@@ -29,18 +29,11 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import where
-from gradjit.tracer.dispatch import as_operand, norm_dim
+from gradjit.tracer.dispatch import float_operand, norm_dim
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer.rng_guard import check_draw
 
 
-def _operand(x, like):
-    """x as a gradjit object beside ``like``; a float array takes like's float dtype."""
-    if not hasattr(x, "_apply"):
-        a = np.asarray(x)
-        if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
-            x = a.astype(like.dtype)
-    return as_operand(x, like)
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "celu", "selu", "gelu", "silu", "mish",
            "softplus", "softsign", "softshrink", "hardshrink", "hardtanh", "hardsigmoid",
@@ -53,7 +46,11 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _const(like, array):
-    return _operand(np.asarray(array), like)
+    """An array made here (nobody writes it later): cast to like's float dtype up front."""
+    a = np.asarray(array)
+    if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
+        a = a.astype(like.dtype, copy=False)
+    return float_operand(a, like)
 
 
 def _softplus0(z):
@@ -155,7 +152,7 @@ def glu(input, dim=-1):
 
 
 def prelu(input, weight):
-    weight = _operand(weight, input)
+    weight = float_operand(weight, input)
     if weight.numel() != 1 and input.ndim >= 2:
         weight = weight.reshape((weight.shape[0],) + (1,) * (input.ndim - 2))
     return where(input > 0, input, input * weight)
@@ -189,7 +186,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    x2 = _operand(x2, x1)
+    x2 = float_operand(x2, x1)
     shape = tuple(np.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
     x1, x2 = x1.expand(shape), x2.expand(shape)
     n1 = x1.norm(2, dim, keepdim=True).clamp_min(eps)
@@ -198,23 +195,23 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
-    x2 = _operand(x2, x1)
+    x2 = float_operand(x2, x1)
     diff = x1 - x2 + eps
     return diff.norm(p, -1, keepdim) if diff.ndim else diff.abs()
 
 
 def linear(input, weight, bias=None):
-    weight = _operand(weight, input)
+    weight = float_operand(weight, input)
     out = input @ (weight.t() if weight.ndim == 2 else weight)
-    return out if bias is None else out + _operand(bias, input)
+    return out if bias is None else out + float_operand(bias, input)
 
 
 def bilinear(input1, input2, weight, bias=None):
-    weight, input2 = _operand(weight, input1), _operand(input2, input1)
+    weight, input2 = float_operand(weight, input1), float_operand(input2, input1)
     o, i, j = weight.shape
     tmp = (input1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(tuple(input1.shape[:-1]) + (o, j))
     out = (tmp * input2.unsqueeze(-2)).sum(-1)
-    return out if bias is None else out + _operand(bias, input1)
+    return out if bias is None else out + float_operand(bias, input1)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -229,8 +226,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     var = (centered * centered).mean(dims, keepdim=True)
     out = centered * (var + eps).rsqrt()
     if weight is not None:
-        out = out * _operand(weight, input)
-    return out if bias is None else out + _operand(bias, input)
+        out = out * float_operand(weight, input)
+    return out if bias is None else out + float_operand(bias, input)
 
 
 # -- randomness and lookup ---------------------------------------------------------------------
@@ -253,7 +250,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
     if max_norm is not None or scale_grad_by_freq:
         raise NotImplementedError("embedding: max_norm and scale_grad_by_freq are not supported")
-    idx = _operand(input, weight) if not hasattr(input, "_apply") else input
+    idx = float_operand(input, weight) if not hasattr(input, "_apply") else input
     if np.dtype(idx.dtype).kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got {np.dtype(idx.dtype).name}")
     n, d = weight.shape

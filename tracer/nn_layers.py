@@ -29,8 +29,8 @@ import math
 import numbers
 
 import numpy as np
-from gradjit.tracer.dispatch import apply
-from gradjit.tracer.nn_functional import _operand
+from gradjit.tracer.dispatch import apply, float_operand
+from gradjit.tracer.nn_functional import _const
 from gradjit.tracer.registry import GradjitError, user_site
 
 __all__ = ["batch_norm", "group_norm", "instance_norm", "cdist", "unfold", "fold", "conv1d",
@@ -47,10 +47,6 @@ def _tup(v, n, name="argument"):
     if len(v) != n:
         raise ValueError(f"{name}: expected {n} values, got {v}")
     return v
-
-
-def _const(like, a):
-    return _operand(np.asarray(a), like)
 
 
 # -- normalisation -------------------------------------------------------------------------------
@@ -80,8 +76,8 @@ def _update_running(running, stat, momentum, op):
 def _affine(out, weight, bias, like):
     shape = (1, -1) + (1,) * (out.ndim - 2)
     if weight is not None:
-        out = out * _operand(weight, like).reshape(shape)
-    return out if bias is None else out + _operand(bias, like).reshape(shape)
+        out = out * float_operand(weight, like).reshape(shape)
+    return out if bias is None else out + float_operand(bias, like).reshape(shape)
 
 
 def _normalize(x, dims, eps):
@@ -106,8 +102,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         _update_running(running_var, var * (n / (n - 1)), momentum, "batch_norm")
     else:
         shape = (1, -1) + (1,) * (input.ndim - 2)
-        rm = _operand(running_mean, input).reshape(shape)
-        rv = _operand(running_var, input).reshape(shape)
+        rm = float_operand(running_mean, input).reshape(shape)
+        rv = float_operand(running_var, input).reshape(shape)
         out = (input - rm) * (rv + eps).rsqrt()
     return _affine(out, weight, bias, input)
 
@@ -125,8 +121,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                             "instance_norm")
     else:
         shape = (1, -1) + (1,) * (input.ndim - 2)
-        out = ((input - _operand(running_mean, input).reshape(shape))
-               * (_operand(running_var, input).reshape(shape) + eps).rsqrt())
+        out = ((input - float_operand(running_mean, input).reshape(shape))
+               * (float_operand(running_var, input).reshape(shape) + eps).rsqrt())
     return _affine(out, weight, bias, input)
 
 
@@ -140,7 +136,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 def cdist(x1, x2, p=2.0, compute_mode=None):
-    x2 = _operand(x2, x1)
+    x2 = float_operand(x2, x1)
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)          # (..., P, R, M)
     if p == 2.0:
         return (diff * diff).sum(-1).sqrt()
@@ -224,7 +220,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd, name):
     batched = input.ndim == nd + 2
     x = input if batched else input.unsqueeze(0)
-    weight = _operand(weight, input)
+    weight = float_operand(weight, input)
     kernel = tuple(weight.shape[2:])
     stride, dilation = _tup(stride, nd, name), _tup(dilation, nd, name)
     if isinstance(padding, str):
@@ -250,7 +246,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd, name):
     w = weight.reshape(groups, o // groups, (c // groups) * k)
     y = (w @ cols).reshape((n, o) + tuple(out))
     if bias is not None:
-        y = y + _operand(bias, input).reshape((1, o) + (1,) * nd)
+        y = y + float_operand(bias, input).reshape((1, o) + (1,) * nd)
     return y if batched else y.squeeze(0)
 
 
@@ -266,7 +262,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      dilation=1):
     batched = input.ndim == 4
     x = input if batched else input.unsqueeze(0)
-    weight = _operand(weight, input)
+    weight = float_operand(weight, input)
     st, pad, opad, dil = [_tup(a, 2, "conv_transpose2d") for a in
                           (stride, padding, output_padding, dilation)]
     n, cin, h, w_ = x.shape
@@ -278,7 +274,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     cols = wt @ x.reshape(n, groups, cin // groups, h * w_)              # (N, g, Cout/g*K, L)
     y = fold(cols.reshape(n, cout * kh * kw, h * w_), size, (kh, kw), dil, pad, st)
     if bias is not None:
-        y = y + _operand(bias, input).reshape(1, cout, 1, 1)
+        y = y + float_operand(bias, input).reshape(1, cout, 1, 1)
     return y if batched else y.squeeze(0)
 
 

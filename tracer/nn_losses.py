@@ -20,17 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.tracer.dispatch import as_operand
+from gradjit.tracer.dispatch import float_operand
 from gradjit.tracer.methods_math import binop
 
 
-def _operand(x, like):
-    """x as a gradjit object beside ``like``; a float array takes like's float dtype."""
-    if not hasattr(x, "_apply"):
-        a = np.asarray(x)
-        if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
-            x = a.astype(like.dtype)
-    return as_operand(x, like)
 
 __all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "kl_div",
@@ -60,17 +53,17 @@ def _softplus0(z):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    d = input - _operand(target, input)
+    d = input - float_operand(target, input)
     return _reduce(d * d, _reduction(size_average, reduce, reduction))
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    return _reduce((input - _operand(target, input)).abs(), _reduction(size_average, reduce, reduction))
+    return _reduce((input - float_operand(target, input)).abs(), _reduction(size_average, reduce, reduction))
 
 
 def _huber(input, target, delta, scale_by_delta):
     from gradjit.tracer.api import where
-    d = input - _operand(target, input)
+    d = input - float_operand(target, input)
     a = d.abs()
     quad = d * d * 0.5
     if scale_by_delta:        # huber: 0.5 d^2 | delta (|d| - delta / 2)
@@ -91,22 +84,22 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
-    t = _operand(target, input)
+    t = float_operand(target, input)
     loss = -(t * input.log().clamp_min(-100.0) + (1.0 - t) * (1.0 - input).log().clamp_min(-100.0))
     if weight is not None:
-        loss = loss * _operand(weight, input)
+        loss = loss * float_operand(weight, input)
     return _reduce(loss, _reduction(size_average, reduce, reduction))
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction="mean", pos_weight=None):
-    t = _operand(target, input)
+    t = float_operand(target, input)
     sp = _softplus0(-input)                    # -log sigmoid(x)
     if pos_weight is not None:
-        sp = sp * ((_operand(pos_weight, input) - 1.0) * t + 1.0)
+        sp = sp * ((float_operand(pos_weight, input) - 1.0) * t + 1.0)
     loss = (1.0 - t) * input + sp
     if weight is not None:
-        loss = loss * _operand(weight, input)
+        loss = loss * float_operand(weight, input)
     return _reduce(loss, _reduction(size_average, reduce, reduction))
 
 
@@ -115,20 +108,20 @@ def _class_dim(input):
 
 
 def _weight_view(weight, input):
-    w = _operand(weight, input)
+    w = float_operand(weight, input)
     cd = _class_dim(input)
     return w.reshape((w.shape[0],) + (1,) * (input.ndim - cd - 1))
 
 
 def _pick(logp, target, weight, ignore_index):
     """(-w[t] * logp[t], w[t]) per sample, zero where target == ignore_index."""
-    t = _operand(target, logp)
+    t = float_operand(target, logp)
     if np.dtype(t.dtype).kind not in "iu":
         raise TypeError(f"nll_loss: expected an integer class-index target, got {np.dtype(t.dtype).name}")
     cd = _class_dim(logp)
     c = logp.shape[cd]
     classes = np.arange(c, dtype=t.dtype).reshape((c,) + (1,) * (logp.ndim - cd - 1))
-    onehot = (t.unsqueeze(cd) == _operand(classes, t)).to(logp.dtype)
+    onehot = (t.unsqueeze(cd) == float_operand(classes, t)).to(logp.dtype)
     if weight is not None:
         onehot = onehot * _weight_view(weight, logp)
     w_t = onehot.sum(cd) * (t != ignore_index).to(logp.dtype)
@@ -152,7 +145,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     c = input.shape[cd]
     logp = input.log_softmax(cd)
     eps = float(label_smoothing)
-    t = _operand(target, input)
+    t = float_operand(target, input)
     if np.dtype(t.dtype).kind == "f":         # class probabilities
         if eps > 0.0:
             t = t * (1.0 - eps) + eps / c
@@ -177,7 +170,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     reduction = _reduction(size_average, reduce, reduction)
-    t = _operand(target, input)
+    t = float_operand(target, input)
     loss = t.exp() * (t - input) if log_target else t.xlogy(t) - t * input
     if reduction == "batchmean":
         return loss.sum() / (input.shape[0] if input.ndim else 1)
@@ -185,4 +178,4 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    return _reduce(_softplus0(-_operand(target, input) * input), _reduction(size_average, reduce, reduction))
+    return _reduce(_softplus0(-float_operand(target, input) * input), _reduction(size_average, reduce, reduction))

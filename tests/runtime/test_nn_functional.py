@@ -335,3 +335,30 @@ def _torch_fn(name, tf, torch):
         "embedding": lambda i, v: tf.embedding(i, v, padding_idx=2),
     }
     return table.get(name)
+
+
+def test_captured_arrays_are_read_at_each_call_not_copied_when_first_traced():
+    # a batch buffer refilled between steps, and batch norm's running statistics: F.*
+    # once cast them up front, so the compiled function kept their first values
+    import gradjit.nn.functional as GF
+    from gradjit.runtime import tiers
+    with tiers.forced("never"):
+        y = np.zeros(2)
+        g = gj.grad(lambda w: GF.mse_loss(w, y))
+        g(np.ones(2))
+        y[:] = 5.0
+        np.testing.assert_allclose(g(np.ones(2)), [-4.0, -4.0])
+        y64 = np.zeros(2)     # float64 beside float32: cast in the graph, still read live
+        g32 = gj.grad(lambda w: GF.mse_loss(w, y64))
+        w = np.ones(2, np.float32)
+        g32(w)
+        y64[:] = 3.0
+        out = g32(w)
+        assert out.dtype == np.float32
+        np.testing.assert_allclose(out, [-2.0, -2.0])
+        rm, rv = np.zeros(3), np.ones(3)
+        predict = gj.jit(lambda x: GF.batch_norm(x, rm, rv, training=False))
+        x = np.arange(6.0).reshape(2, 3)
+        predict(x)
+        rm[:], rv[:] = 1.0, 4.0
+        np.testing.assert_allclose(predict(x), (x - 1.0) / np.sqrt(4.0 + 1e-5))
