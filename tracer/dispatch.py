@@ -79,6 +79,18 @@ def promoting(x, like):
     return x if isinstance(x, np.generic) and getattr(like, "_numpy_promotion", False) else _py(x)
 
 
+def sizes_arg(op, args, keyword, rest=None):
+    """Torch's forms of a sizes argument: ``f(2, 3)``, ``f((2, 3))``, ``f(dims=(2, 3))``
+    (``keyword``: the keyword's value, None when not given); other keywords are refused."""
+    if rest:
+        raise TypeError(f"{op}() got an unexpected keyword argument {next(iter(rest))!r}")
+    if keyword is not None:
+        if args:
+            raise TypeError(f"{op}() got its sizes both by position and by keyword")
+        args = (keyword,)
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
 def float_operand(x, like):
     """``as_operand``, where a float array meets ``like``'s float dtype in the graph (a cast
     node), so the constant is the caller's array itself, read at each call: a batch buffer

@@ -30,7 +30,7 @@ import numpy as np
 
 from gradjit.tracer.advanced_index import _check_bounds, _concrete, _is_obj
 from gradjit.tracer.advanced_index import advanced as _advanced
-from gradjit.tracer.dispatch import apply, norm_dim
+from gradjit.tracer.dispatch import apply, norm_dim, sizes_arg
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
@@ -233,7 +233,11 @@ class IndexMethods:
         d = norm_dim(int(dim), self.ndim, op)
         return apply(f"{op}.dim", [self], {"dim": d, "keepdim": bool(keepdim)})
 
-    def split(self, split_size_or_sections, dim=0):
+    def split(self, split_size_or_sections=None, dim=0, *, split_size=None):
+        if (split_size_or_sections is None) == (split_size is None):
+            raise TypeError("split() takes split_size_or_sections (or split_size=) once")
+        if split_size is not None:
+            split_size_or_sections = split_size
         d = norm_dim(int(dim), self.ndim, "split")
         n = self.shape[d]
         if isinstance(split_size_or_sections, numbers.Integral):
@@ -260,8 +264,8 @@ class IndexMethods:
         d = norm_dim(int(dim), self.ndim, "unbind")
         return tuple(self.select(d, i) for i in range(self.shape[d]))
 
-    def flip(self, *dims):
-        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    def flip(self, *dims, **kw):
+        dims = sizes_arg("flip", dims, kw.pop("dims", None), kw)
         y = self
         for d in sorted({norm_dim(int(k), self.ndim, "flip") for k in dims}):
             if y.shape[d] > 1:
@@ -299,8 +303,8 @@ class IndexMethods:
         y = y.expand(tuple(k for r, s in zip(sizes, shape) for k in (r, s)))
         return y.reshape(tuple(r * s for r, s in zip(sizes, shape)))
 
-    def tile(self, *dims):
-        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    def tile(self, *dims, **kw):
+        dims = sizes_arg("tile", dims, kw.pop("dims", None), kw)
         dims = tuple(int(k) for k in ((dims,) if isinstance(dims, numbers.Integral) else dims))
         return IndexMethods.repeat(self, (1,) * (self.ndim - len(dims)) + dims)
 

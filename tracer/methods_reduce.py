@@ -94,8 +94,10 @@ class ReduceMethods:
 
     def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
             keepdims=None, ddof=None):
-        return ReduceMethods.var(self, dim, unbiased, keepdim, correction=correction,
-                                 axis=axis, keepdims=keepdims, ddof=ddof).sqrt()
+        # sqrt with gradient 0 where the variance is 0 (a constant slice), as torch's std
+        return apply("_std_from_var.default", [ReduceMethods.var(
+            self, dim, unbiased, keepdim, correction=correction, axis=axis, keepdims=keepdims,
+            ddof=ddof)], {})
 
     def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
         return (ReduceMethods.var(self, dim, unbiased, keepdim, correction=correction),

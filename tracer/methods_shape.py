@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradjit.tracer.dispatch import apply, norm_dim
+from gradjit.tracer.dispatch import apply, norm_dim, sizes_arg
 from gradjit.tracer.registry import ShapeError, user_site
 
 
 class ShapeMethods:
     __slots__ = ()
 
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    def reshape(self, *shape, **kw):
+        shape = sizes_arg("reshape", shape, kw.pop("shape", None), kw)
         shape = tuple(int(s) for s in shape)
         if shape.count(-1) == 1:
             known = int(np.prod([s for s in shape if s != -1]))
@@ -41,8 +41,8 @@ class ShapeMethods:
 
     def flatten(self): return self.reshape(-1)
 
-    def permute(self, *dims):
-        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    def permute(self, *dims, **kw):
+        dims = sizes_arg("permute", dims, kw.pop("dims", None), kw)
         dims = tuple(norm_dim(int(d), self.ndim, "permute") for d in dims)
         if sorted(dims) != list(range(self.ndim)):
             raise ValueError(f"permute: dims {dims} is not a permutation of the {self.ndim} dims "
@@ -72,8 +72,8 @@ class ShapeMethods:
     def mT(self):
         return self.swapaxes(-2, -1)
 
-    def expand(self, *size):
-        size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    def expand(self, *size, **kw):
+        size = sizes_arg("expand", size, kw.pop("size", None), kw)
         lead = len(size) - self.ndim
         size = tuple(self.shape[i - lead] if s == -1 and i >= lead else int(s)
                      for i, s in enumerate(size))

@@ -138,8 +138,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 def cdist(x1, x2, p=2.0, compute_mode=None):
     x2 = float_operand(x2, x1)
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)          # (..., P, R, M)
-    if p == 2.0:
-        return (diff * diff).sum(-1).sqrt()
+    if p == 2.0:   # (sqrt with gradient 0 at distance 0, as torch: cdist(x, x)'s diagonal)
+        return apply("_std_from_var.default", [(diff * diff).sum(-1)], {})
     if p == 1.0:
         return diff.abs().sum(-1)
     return diff.norm(p, -1)

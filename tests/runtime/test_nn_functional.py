@@ -362,3 +362,11 @@ def test_captured_arrays_are_read_at_each_call_not_copied_when_first_traced():
         predict(x)
         rm[:], rv[:] = 1.0, 4.0
         np.testing.assert_allclose(predict(x), (x - 1.0) / np.sqrt(4.0 + 1e-5))
+
+
+def test_cdist_of_a_set_with_itself_has_torchs_gradient():
+    # the zero diagonal: sqrt's gradient at 0 was NaN everywhere
+    x = gj.tensor(np.array([[0.0, 1.0], [2.0, 0.5]]), requires_grad=True)
+    F.cdist(x, x).sum().backward()
+    d = np.array([-2.0, 0.5]) / np.hypot(2.0, 0.5)
+    np.testing.assert_allclose(x.grad.data, [2 * d, -2 * d])

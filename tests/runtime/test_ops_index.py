@@ -89,3 +89,15 @@ def test_errors(interpreted):
         gj.tensor(np.ones(3)).tril()
     with pytest.raises(IndexError, match="Dimension out of range"):
         x.max(dim=2)
+
+
+def test_torch_keyword_forms_of_sizes():
+    x = gj.tensor(np.arange(6.0).reshape(2, 3))
+    assert x.flip(dims=[0]).data.tolist() == x.flip(0).data.tolist()
+    assert x.permute(dims=(1, 0)).shape == (3, 2) and x.reshape(shape=(3, 2)).shape == (3, 2)
+    assert x.expand(size=(2, 2, 3)).shape == (2, 2, 3) and x.tile(dims=(2,)).shape == (2, 6)
+    assert [t.shape for t in x.split(split_size=1, dim=0)] == [(1, 3), (1, 3)]
+    with pytest.raises(TypeError, match="both by position and by keyword"):
+        x.flip(0, dims=[1])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'axis'"):
+        x.permute(axis=(1, 0))

@@ -162,3 +162,13 @@ def test_values_and_indices_pairs_are_named_as_torchs(interpreted):
     np.testing.assert_array_equal(pairs["max"].indices.data, [1, 2])
     pairs["max"].values.sum().backward()
     np.testing.assert_array_equal(x.grad.data, [[0, 1, 0], [0, 0, 1]])
+
+
+def test_tensor_std_of_a_constant_slice_has_gradient_zero_as_torch():
+    # (sqrt's gradient at a zero variance was 0/0: NaN in the constant column)
+    x = gj.tensor(np.array([[1.0, 2.0], [1.0, 5.0], [1.0, -1.0]]), requires_grad=True)
+    x.std(dim=0).sum().backward()
+    np.testing.assert_allclose(x.grad.data, [[0.0, 0.0], [0.0, 0.5], [0.0, -0.5]])
+    one = gj.tensor(np.array([3.0]), requires_grad=True)
+    one.std(unbiased=False).backward()
+    np.testing.assert_array_equal(one.grad.data, [0.0])
