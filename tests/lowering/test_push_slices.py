@@ -177,7 +177,9 @@ def test_values_and_gradients_on_the_interpreter(name):
                                        atol=1e-8)
 
 
-@pytest.mark.parametrize("name", ["rk4_scan", "broadcast", "cat_parts"])
+@pytest.mark.parametrize("name", [pytest.param("rk4_scan", marks=pytest.mark.slow),
+                                  pytest.param("broadcast", marks=pytest.mark.slow),
+                                  "cat_parts"])   # (compiles of seconds: the slow suite)
 def test_compiled_gradients_and_second_order(name):
     fn, args = PROGRAMS[name], _args(name)
     with tiers.forced("sync"):
