@@ -27,9 +27,7 @@ Contract
 - Only the forward graph is folded (before the adjoint), so reverse mode is the scan's
   reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off.
 - Then concatenations that rebuild one value from its slices (the program stacking the
-  per-step values of a loop) become that value (lowering/restack.py), folded or not, and
-  slices of values read only through slices are computed from slices of their operands
-  (lowering/push_slices.py), in the graph and in its regions' bodies.
+  per-step values of a loop) become that value (lowering/restack.py), folded or not.
 """
 from __future__ import annotations
 
@@ -37,7 +35,6 @@ import os
 
 import numpy as np
 
-from gradjit.lowering.push_slices import push_slices
 from gradjit.lowering.restack import restack
 from gradjit.lowering.runs import find_run, next_same
 from gradjit.tracer.control_flow import Region
@@ -80,15 +77,10 @@ def fold_loops(graph, roots=(), since=0):
     if len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
         moved = _fold_runs(graph, roots, since)
     # the per-step values a folded loop stacked, when the program stacks them again
-    moved = _then(moved, restack(graph, since))
-    return _then(moved, push_slices(graph, [moved.get(r, r) for r in roots], since))
-
-
-def _then(moved, more):
-    """Where each value went after ``moved``, then ``more``."""
-    out = {k: more.get(v, v) for k, v in moved.items()}
-    out.update({k: v for k, v in more.items() if k not in out})
-    return out
+    more = restack(graph, since)
+    moved = {k: more.get(v, v) for k, v in moved.items()}
+    moved.update({k: v for k, v in more.items() if k not in moved})
+    return moved
 
 
 def _fold_runs(graph, roots, since):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from gradjit.runtime import tiers
 from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import traced_numpy
 from gradjit.tracer.interp import interpret
@@ -166,3 +167,39 @@ def test_short_loops_of_elementwise_steps_fold(rng):
     g = _traced(_short_elementwise(4), args)   # 20 nodes: too short to matter
     fold_loops(g)
     assert not any(nd.op == "scan.default" for nd in g.nodes)
+
+
+# -- a transform traced inside another: its rewrites leave the enclosing function alone --
+def outer_keeps_a_loop_value(x):
+    h, hs = x, []
+    for _ in range(40):   # (40 steps: a run fold_loops folds)
+        h = np.sin(h) * 1.01 + 0.1
+        hs.append(h)
+    g = gj.grad(lambda a: (a ** 2).sum())(x)
+    return (hs[10] * g).sum() + h.sum()
+
+
+def outer_keeps_a_sliced_value(x):
+    z = x * 2.0 + 1.0
+    g = gj.grad(lambda a: (a ** 3).sum())(z[0:2])
+    return z.sum() + g.sum()
+
+
+@pytest.mark.parametrize("fn", [outer_keeps_a_loop_value, outer_keeps_a_sliced_value])
+def test_a_transform_inside_a_trace_leaves_the_enclosing_values_alone(fn):
+    # the inner gradient's folding once rewrote the outer function's values,
+    # which it then read: KeyError in the graph passes
+    x = np.linspace(0.1, 1.0, 5)
+    with tiers.forced("never"):
+        value = gj.jit(fn)(x)
+        grad = gj.grad(fn)(x)
+        fd = numerical_grad(fn, (x,), 0)
+    h = x
+    hs = []
+    for _ in range(40):
+        h = np.sin(h) * 1.01 + 0.1
+        hs.append(h)
+    expect = ((hs[10] * 2 * x).sum() + h.sum() if fn is outer_keeps_a_loop_value else
+              (x * 2.0 + 1.0).sum() + (3 * (x[:2] * 2.0 + 1.0) ** 2).sum())
+    np.testing.assert_allclose(value, expect, rtol=1e-12)
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
