@@ -34,7 +34,6 @@ from gradjit.tracer.methods_math import binop
 from gradjit.tracer.rng_guard import check_draw
 
 
-
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "celu", "selu", "gelu", "silu", "mish",
            "softplus", "softsign", "softshrink", "hardshrink", "hardtanh", "hardsigmoid",
            "hardswish", "threshold", "glu", "prelu", "sigmoid", "tanh", "softmax",

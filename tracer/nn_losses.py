@@ -24,7 +24,6 @@ from gradjit.tracer.dispatch import float_operand
 from gradjit.tracer.methods_math import binop
 
 
-
 __all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "kl_div",
            "soft_margin_loss"]
