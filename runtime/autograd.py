@@ -18,7 +18,7 @@ from gradjit.runtime.fast_backward import fast_backward
 from gradjit.tracer.registry import GradjitRuntimeError
 from gradjit.runtime.crossing import moved, source
 from gradjit.tracer.device import is_device_array
-from gradjit.tracer.tensor import Tensor
+from gradjit.tracer.tensor import Tensor, accumulated
 
 
 def _as_list(x):
@@ -75,7 +75,7 @@ def _accumulate(t, g):
         if is_device_array(g):   # a fresh device array from the compiled backward: no copy
             t.grad = Tensor(g) if t.grad is None else t.grad.detach() + Tensor(g)
         else:
-            t.grad = Tensor(np.array(g)) if t.grad is None else Tensor(t.grad.data + g)
+            t.grad = Tensor(np.array(g)) if t.grad is None else accumulated(t.grad, g)
 
 
 _UNTRIED = object()   # backward's _fast_key: the fast path was not tried yet

@@ -38,7 +38,7 @@ from gradjit.runtime.memory import Bounded
 from gradjit.tracer import gensrc, replay, tape
 from gradjit.tracer.deferred import compute_pending
 from gradjit.tracer.modes import _anomaly as _ANOMALY
-from gradjit.tracer.tensor import plain_tensor
+from gradjit.tracer.tensor import accumulated, plain_tensor
 
 _FAST = Bounded()   # (least recently used go: runtime/memory.py) key -> (Executable, feeds, direct arguments or None, _lead's or None,
 #             ((target slot, shared, 0-d dtype or None), ...), the target slots when no
@@ -258,7 +258,7 @@ def fast_backward(root):
         for slot in plain:
             i += 1
             t = leaves[slot]
-            t.grad = plain_tensor(res[i] if t.grad is None else t.grad.data + res[i])
+            t.grad = plain_tensor(res[i]) if t.grad is None else accumulated(t.grad, res[i])
     else:
         for slot, shared, dt in targets:
             i += 1
@@ -268,7 +268,7 @@ def fast_backward(root):
             elif shared:
                 g = np.array(g)
             t = leaves[slot]
-            t.grad = plain_tensor(g if t.grad is None else t.grad.data + g)
+            t.grad = plain_tensor(g) if t.grad is None else accumulated(t.grad, g)
     STATS["memory_hits"] += 1
     STATS["fast_steps"] += 1
     return True
@@ -358,13 +358,13 @@ def _take_factory(form):
             src.append(f"        g = asarray(g, D[{i}])")
         elif shared:
             src.append("        g = array(g)")
-        src.append(f"        l{slot}.grad = plain_tensor(g if l{slot}.grad is None else "
-                   f"l{slot}.grad.data + g)")
+        src.append(f"        l{slot}.grad = plain_tensor(g) if l{slot}.grad is None else "
+                   f"accumulated(l{slot}.grad, g)")
     src += ["        STATS['memory_hits'] += 1", "        STATS['fast_steps'] += 1",
             "        return True", "    return take"]
     scope = dict(_EPOCH=_EPOCH, _ANOMALY=_ANOMALY, _switches=_switches, getrefcount=getrefcount,
                  ndarray=np.ndarray, array=np.array, asarray=np.asarray,
-                 plain_tensor=plain_tensor, STATS=STATS)
+                 plain_tensor=plain_tensor, accumulated=accumulated, STATS=STATS)
     mod = gensrc.load("take", f'"""gradjit generated: the fast backward of {n}-entry steps'
                       f' of one form."""\n' + "\n".join(src) + "\n", scope)
     make = _TAKERS[form] = mod and mod.make

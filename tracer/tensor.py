@@ -363,6 +363,19 @@ def plain_tensor(data):
     return t
 
 
+def accumulated(old, g):
+    """``old`` (a leaf's ``.grad``) after a backward adds ``g`` (an array) to it: added into
+    its own array, as torch accumulates (a reference to ``.grad`` sees the sum), when the
+    array can hold the sum; else a new tensor."""
+    d = old.data
+    if (d.__class__ is np.ndarray and d.flags.writeable and d.shape == np.shape(g)
+            and d.dtype == getattr(g, "dtype", None)):
+        np.add(d, g, out=d)
+        old._box[0] += 1   # (a version: backward refuses a value changed under it)
+        return old
+    return plain_tensor(d + g)
+
+
 def tensor(data, requires_grad=False, dtype=None, device=None):
     """A new leaf tensor holding a copy of ``data`` (as ``torch.tensor``), on ``device``."""
     if isinstance(data, Tensor):

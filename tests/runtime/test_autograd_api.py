@@ -600,3 +600,22 @@ def test_float32_gradients_stay_float32(interpreted):
     (h,) = A.grad(g.sum(), x)
     assert g.dtype == np.float32 and h.dtype == np.float32
     np.testing.assert_allclose(h.data, [6.0, 12.0])
+
+
+def test_grad_accumulates_into_the_same_tensor_as_torch():
+    # a reference to .grad sees the sum of later backward calls (torch adds in place);
+    # each path: the fast replayed step, the general engine, retain_graph
+    w = gj.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (w * 3.0).sum().backward()
+    g = w.grad
+    for _ in range(3):
+        (w * w).sum().backward()
+    assert w.grad is g
+    np.testing.assert_allclose(g.data, [3.0 + 3 * 2.0, 3.0 + 3 * 4.0])
+    x = gj.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    first = x.grad
+    y.backward()
+    assert x.grad is first
+    np.testing.assert_allclose(first.data, [4.0, 8.0])
