@@ -23,11 +23,7 @@ from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
 
 
-_SLICES = {}   # id -> weakref of each live tensor made by basic indexing of another
-
-
-def _forget(k):
-    return lambda r: _SLICES.get(k) is r and _SLICES.pop(k)
+_SLICES = weakref.WeakValueDictionary()   # id -> each live tensor made by basic indexing
 
 
 def _basic(index):
@@ -37,8 +33,7 @@ def _basic(index):
 
 
 def _check_not_a_slice(t, example):
-    r = _SLICES.get(id(t))
-    if r is not None and r() is t:
+    if _SLICES.get(id(t)) is t:
         raise RuntimeError(f"{example} on a slice of another tensor: in torch it changes y "
                            f"through the view, but gradjit's tensor slices are copies, so y "
                            f"would silently keep its old values. Assign into y instead "
@@ -58,9 +53,8 @@ class InplaceMethods:
 
     def __getitem__(self, index):
         out = super().__getitem__(index)
-        if _basic(index) and isinstance(out, _tensor_class()) and out is not self:
-            k = id(out)
-            _SLICES[k] = weakref.ref(out, _forget(k))
+        if out is not self and _basic(index):
+            _SLICES[id(out)] = out
         return out
 
     def _inplace(self, result):

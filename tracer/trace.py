@@ -141,7 +141,7 @@ class Tracer(NumpyMethods, ArrayOps):
         self._writable("x[index] = value")
         setitem(self, index, value)   # rebinds this tracer (tracer/tracer_setitem.py)
 
-    def _inplace(self, sign, result):
+    def _op_assign(self, sign, result):
         """``x op= y`` as NumPy: ``x``'s own memory holds the result (cast to its dtype,
         'same_kind', and never broadcast larger), so every name bound to ``x``, its base
         and its other views see it (tracer/tracer_setitem.py's write-through)."""
@@ -211,7 +211,7 @@ class Tracer(NumpyMethods, ArrayOps):
 
 def _augmented(sign, op):
     def method(self, other):
-        return self._inplace(sign, getattr(self, op)(other))
+        return self._op_assign(sign, getattr(self, op)(other))
     method.__name__ = f"__i{op[2:]}"
     return method
 
@@ -220,7 +220,7 @@ for _sign, _op in (("+=", "__add__"), ("-=", "__sub__"), ("*=", "__mul__"),
                    ("/=", "__truediv__"), ("//=", "__floordiv__"), ("**=", "__pow__"),
                    ("%=", "__mod__"), ("@=", "__matmul__"), ("&=", "__and__"), ("|=", "__or__"),
                    ("^=", "__xor__"), ("<<=", "__lshift__"), (">>=", "__rshift__")):
-    setattr(Tracer, f"__i{_op[2:]}", _augmented(_sign, _op))   # x op= y: Tracer._inplace
+    setattr(Tracer, f"__i{_op[2:]}", _augmented(_sign, _op))   # x op= y: Tracer._op_assign
 
 
 class _Bodies(threading.local):
