@@ -1133,7 +1133,7 @@ def g_assign(b):
         return None
     sh = b.shape(a)
     form = b.d.choice(["set_index", "set_slice_expr", "iadd_slice", "set_scalar",
-                       "set_mask", "set_int_array", "set_from_other"])
+                       "set_mask", "set_int_array", "set_from_other", "iop_view"])
     if form == "set_index":
         i = b.d.int(-sh[0], sh[0] - 1)
         src = f"{{o}} = {a}.copy()\n{{o}}[{i}] = np.tanh({a}[{i}]) * 2.0"
@@ -1145,6 +1145,11 @@ def g_assign(b):
     elif form == "iadd_slice":
         idx = _basic_index(b.d, sh)
         src = f"{{o}} = {a}.copy()\n{{o}}[{idx}] += 1.5 * {a}[{idx}]"
+        reads = (a,)
+    elif form == "iop_view":   # x op= y on a view (or a copied scalar): NumPy's write-through
+        idx = _basic_index(b.d, sh)
+        src = (f"{{o}} = {a}.copy()\n_v = {{o}}[{idx}]\n_v *= 1.5\n"
+               f"_v += np.sin({a}[{idx}])")
         reads = (a,)
     elif form == "set_scalar":
         idx = ", ".join(str(b.d.int(0, s - 1)) for s in sh)
