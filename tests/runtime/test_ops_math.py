@@ -55,6 +55,18 @@ def test_rounding_gradient_is_zeros_in_tensor_mode(interpreted):
     np.testing.assert_array_equal(x.grad.data, np.zeros(3))
 
 
+def test_sign_gradient_is_zeros_not_none_in_tensor_mode(interpreted):
+    # torch: x.sign() requires grad and backward through it leaves zeros, not None
+    x = gj.tensor(np.array([0.4, -1.6, 0.0]), requires_grad=True)
+    s = x.sign()
+    assert s.requires_grad
+    s.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, np.zeros(3))
+    x.grad = None
+    (x.sgn() * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [1.0, -1.0, 0.0])
+
+
 def test_round_is_half_to_even_like_numpy_and_torch(interpreted):
     x = np.array([0.5, 1.5, 2.5, -0.5, 0.25])
     out = gj.jit(lambda a: a.round() + 10 * a.round(1))(x)
