@@ -26,7 +26,7 @@ from gradjit.tracer.numpy_methods import NumpyMethods
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.registry import (GradjitError, _user_frame, bind_attrs, get_op, real_only,
                                      user_site)
-from gradjit.tracer.tracer_setitem import VIEW_OPS, note_view, setitem, write
+from gradjit.tracer.tracer_setitem import VIEW_OPS, forget_view, note_view, setitem, write
 
 
 class TracerValueError(GradjitError, TypeError):
@@ -136,6 +136,15 @@ class Tracer(NumpyMethods, ArrayOps):
                                "gj.while_loop / gj.cond / gj.checkpoint, on an array made "
                                "outside it: a body cannot change outer arrays. Pass the array "
                                "in the loop's carry and return the changed one", user_site())
+
+    def __getitem__(self, index):
+        out = ArrayOps.__getitem__(self, index)
+        if out.ndim == 0 and not (index is Ellipsis
+                                  or isinstance(index, tuple) and Ellipsis in index):
+            # NumPy gives a scalar here (``v[i]`` of a vector, ``a[()]``): a copy, not a view,
+            # so ``s = v[-1]; s *= 2`` leaves ``v`` as it was
+            return out.copy() if out is self else forget_view(out)
+        return out
 
     def __setitem__(self, index, value):
         self._writable("x[index] = value")

@@ -109,6 +109,15 @@ def note_view(parent, child, op, attrs):
     pe.kids.append(e)
 
 
+def forget_view(t):
+    """``t`` is no view of anything (NumPy made a scalar or a copy): writes to it stay its own.
+    Returns ``t``."""
+    tree = t.graph.view_tree
+    if tree is not None and _own(tree, t) is not None:
+        del tree[id(t)]   # (its parent's kid entry is dropped lazily: _refresh checks _own)
+    return t
+
+
 def setitem(x, index, value):
     from gradjit.tracer.api import where
     Tracer = type(x)

@@ -184,8 +184,29 @@ def _int_array(x):
     return x * k
 
 
+def _scalars_are_copies(x):
+    # NumPy: ``y[i]`` of a vector and ``a[()]`` are scalars (copies); ``m[i]`` of a matrix,
+    # ``for row in m`` and ``v[..., i]`` are views (a scalar once wrote through: wrong values)
+    y = x.copy()
+    last = y[-1]
+    last *= 1.5
+    m = np.outer(x, x)
+    s = m[1, 0]
+    s *= 3.0
+    for v in x:
+        v += 1.0
+    for row in m:
+        row += 1.0
+    e = m[0][..., 1]
+    e += 10.0
+    c = y.sum()[()]
+    c += 1.0
+    return np.concatenate([y + last, m.reshape(-1) * s, (c + x)[:1]])
+
+
 @pytest.mark.parametrize("f", [_helper_in_place, _through_slice, _through_reshape_and_reverse,
-                               _row_of_a_buffer, _alias_and_stale_view, _int_array])
+                               _row_of_a_buffer, _alias_and_stale_view, _int_array,
+                               _scalars_are_copies])
 def test_augmented_assignment_writes_into_the_array_as_numpy(f, interpreted):
     # (``v *= 2`` on a view once only rebound the name: the base kept its old values)
     x = np.array([1.0, 2.0, 3.0, 4.0])
