@@ -61,7 +61,8 @@ from gradjit.tracer.interp import interpret
 from gradjit.tracer.ops_index import IndexBoundsError
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
-         "fast_steps": 0}   # (backward() calls runtime/fast_backward.py took)
+         "fast_steps": 0,   # (backward() calls runtime/fast_backward.py took)
+         "guard_retraces": 0}   # (traces again: a value read from outside changed)
 _MODULES = {}  # content hash -> its entries in _LOADED (the module is released at 0)
 
 

@@ -84,7 +84,7 @@ def _entries(t):
     the compiled entry's result tuple."""
     from gradjit.runtime.arguments import plain
     found = []
-    for (layout, sig), (exe, consts, tree) in list(t._compiled.items()):
+    for (layout, sig), (exe, consts, tree, _) in list(t._compiled.items()):
         exe = tiers.settled(exe)
         if not plain(layout) or type(exe) is not Executable or not exe.plain_in:
             continue

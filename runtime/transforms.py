@@ -15,6 +15,7 @@ Contract
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import time
 
@@ -22,7 +23,9 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
-from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
+from gradjit.runtime.compiler import (STATS, Executable, PackedExecutable, compile_graph,
+                                      gc_paused)
+from gradjit.runtime.guards import guards_for
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
 from gradjit.runtime.arguments import (Call, constant_loss, first_tracer, fresh_leaves, has_tracer,
@@ -38,6 +41,10 @@ from gradjit.tracer.coercion import swapped, traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import StreamMovedError, reachable, rng_guard
 from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
+
+
+_LOG = logging.getLogger("gradjit")
+RETRACE_WARN = 8   # traces again for changed outside values before the log says it louder
 
 
 def _hidden_updates(g, arg_values):
@@ -73,6 +80,23 @@ class _Updating:
 
 def _with_updates(exe, updates):
     return _Updating(exe, updates) if updates else exe
+
+
+def _holds(entry, transform=None):
+    """Whether what the entry's trace read from outside still holds (runtime/guards.py);
+    when not, and ``transform`` is given, it is logged and counted."""
+    guard = entry[3]
+    if guard is None or guard.holds():
+        return True
+    if transform is not None:
+        transform._retraced = n = getattr(transform, "_retraced", 0) + 1
+        what = guard.changed()
+        (_LOG.warning if n == RETRACE_WARN else _LOG.info)(
+            "%s: %r, read from outside the function, changed since it was traced: traced "
+            "again%s", transform.__name__, what,
+            f" ({n} times; pass values that change as arguments)" if n >= RETRACE_WARN else "")
+        STATS["guard_retraces"] += 1
+    return False
 
 
 def _lookup(mod, qualname):
@@ -121,7 +145,7 @@ class _Transformed:
         # rejects other types and the generated entry rejects other shapes, both with a
         # TypeError (SignatureMismatch), and anything unusual goes the slow way.
         hot = self._hot
-        if hot is not None and not kwargs:
+        if hot is not None and not kwargs and (hot[3] is None or hot[3].holds()):
             try:
                 res = hot[0](*args, *hot[1])
             except (TypeError, IndexBoundsError):   # (the slow path names the user's line)
@@ -133,7 +157,7 @@ class _Transformed:
         """The executable these arguments' calls run now (None: not called with them yet)."""
         _, key, _ = pytree.split_args(args, kwargs, self.static, self.static_names, self.__name__)
         entry = self._compiled.get(key)
-        return None if entry is None else entry[0]
+        return None if entry is None or not _holds(entry) else entry[0]
 
     def compile_for(self, *args, **kwargs):
         """Compile the signature of these example arguments (only their shapes, dtypes and
@@ -142,7 +166,7 @@ class _Transformed:
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
         entry = self._compiled.get(key)
-        if entry is None:
+        if entry is None or not _holds(entry, self):
             with gc_paused(), tiers.forced("sync"):
                 self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered:   # compiling in the background: wait for it
@@ -159,14 +183,14 @@ class _Transformed:
         return njit_interop.c_callable(self, examples)
 
     def _make_hot(self, entry):
-        exe, consts, tree = entry
+        exe, consts, tree, guard = entry
         packed = exe.__class__ is PackedExecutable and all(len(s) > 1 for s in exe.pack_shapes)
         if (exe.__class__ is not Executable and not packed) or not exe.plain_in:
             return None
         direct = exe.plain_out and self._identity_unpack(tree)
         unpack = None if direct else (
             lambda res: self._unpack(tree, res if exe.plain_out else exe.finish(res)))
-        return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack
+        return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack, guard
 
     def _identity_unpack(self, tree):
         return False
@@ -178,13 +202,13 @@ class _Transformed:
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
         entry = self._compiled.get(key)
-        if entry is None:
+        if entry is None or not _holds(entry, self):
             with gc_paused():   # tracing, lowering and the compile: see compiler.gc_paused
                 entry = self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered and entry[0].ready is not None:
             entry = self._compiled[key] = (entry[0].ready,) + tuple(entry[1:])   # compiled now
         self._hot = self._make_hot(entry) if plain(layout) else None
-        exe, consts, tree = entry
+        exe, consts, tree, _ = entry
         if self.device == "cuda":
             return self._call_cuda(exe, consts, tree, traced)
         arrays = tuple(np.asarray(a) for a in traced)
@@ -210,13 +234,15 @@ class _Transformed:
     def _build(self, traced, layout):
         with swapped():   # (np.random's stand-ins before the guard: tracer/rng_guard.py)
             try:
-                g, tree, arg_values = self._guarded_trace(traced, layout)
+                g, tree, arg_values, statics = self._guarded_trace(traced, layout)
             except StreamMovedError:   # maybe another thread's draw the stand-ins missed
                 time.sleep(0.01)       # (let the other threads run past it, then tell)
-                g, tree, arg_values = self._guarded_trace(traced, layout)
+                g, tree, arg_values, statics = self._guarded_trace(traced, layout)
         g.view_tree = None
         updates = _hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
+        # (after the trace: what it read from outside, checked before each later call)
+        guard = guards_for(self.fn, statics, consts)
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
         if self.device == "cuda":
@@ -224,8 +250,9 @@ class _Transformed:
                 raise GradjitError(f"{self.__name__}: batched (Jacobian) transforms run on the CPU "
                                    f"only; the CUDA target has no batched entry yet")
             exe = compile_graph_cuda(optimize(g))
-            return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
-        return _with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
+            return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree, guard
+        return (_with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree,
+                guard)
 
     def _guarded_trace(self, traced, layout):
         g, call, arg_values = self._trace_leaves(traced, layout)
@@ -234,7 +261,7 @@ class _Transformed:
         with traced_numpy(g, self.fn), \
                 rng_guard(f"gj.{type(self).__name__}({self.__name__})", reachable(self.fn, statics)):
             tree = self._trace_body(g, call, arg_values)
-        return g, tree, arg_values
+        return g, tree, arg_values, statics
 
     def graphs(self, *args, **kwargs):
         """(traced graph, optimised graph, generated source) for these arguments (gj.explain)."""

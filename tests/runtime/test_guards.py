@@ -1,0 +1,148 @@
+"""Values a transformed function reads from outside its arguments are those of each call
+(runtime/guards.py): a changed global, closure value, object attribute or container is
+never silently ignored; unchanged ones cost no new trace. Counters, never clocks."""
+import logging
+
+import numpy as np
+import pytest
+
+import gradjit as gj
+from gradjit.runtime.compiler import STATS
+from gradjit.runtime.guards import LIVE_CHECK_BYTES
+
+X = np.ones((4, 3))
+Y = np.zeros(4)
+K = 2.0
+PARAMS = {"scale": 1.0, "shift": np.zeros(3)}
+
+
+def _lsq(w):
+    return ((X @ w - Y) ** 2).sum()
+
+
+def _scaled(x):
+    return (x * K).sum() + (x * PARAMS["scale"] + PARAMS["shift"]).sum()
+
+
+def _retraces():
+    return STATS["guard_retraces"]
+
+
+def test_rebound_global_arrays_are_read_again(executor):
+    # mini-batch SGD with globals: each step rebinds X and Y (the gradient stayed the
+    # first batch's)
+    global X, Y
+    g, w = gj.grad(_lsq), np.array([0.1, 0.2, 0.3])
+    rng = np.random.default_rng(0)
+    saved = X, Y
+    try:
+        for _ in range(3):
+            X, Y = rng.normal(size=(4, 3)), rng.normal(size=4)
+            np.testing.assert_allclose(g(w), 2 * X.T @ (X @ w - Y), rtol=1e-12)
+    finally:
+        X, Y = saved
+
+
+def test_global_scalars_and_dicts_are_read_again(executor):
+    global K
+    g, x = gj.grad(_scaled), np.ones(3)
+    np.testing.assert_allclose(g(x), [3.0, 3.0, 3.0])
+    before = _retraces()
+    np.testing.assert_allclose(g(x), [3.0, 3.0, 3.0])
+    assert _retraces() == before   # nothing changed: no new trace
+    try:
+        K = 5.0
+        PARAMS["scale"] = 0.5
+        np.testing.assert_allclose(g(x), [5.5, 5.5, 5.5])
+        PARAMS["shift"][:] = 1.0   # (only the value: checked as well)
+        np.testing.assert_allclose(gj.jit(_scaled)(x), 3 * (5.0 + 0.5 + 1.0))
+    finally:
+        K, PARAMS["scale"], PARAMS["shift"] = 2.0, 1.0, np.zeros(3)
+    assert _retraces() > before
+
+
+def test_arrays_changed_in_place_reach_values_numpy_computed_from_them(executor):
+    # ``w * 2``, ``w.sum()`` and index arrays are computed by NumPy while tracing: they are
+    # constants of the trace, so a change to ``w`` or ``idx`` must trace again
+    w, idx = np.ones(3), np.array([0, 1])
+    f = gj.grad(lambda v: (v * w).sum() + (v * (w * 2)).sum() + (v[idx] ** 2).sum() * w.sum())
+    v = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(f(v), [6.0, -3.0, 3.0])
+    w[:] = 5.0
+    idx[:] = [1, 2]
+    np.testing.assert_allclose(f(v), [15.0, 15.0 - 30.0, 15.0 + 60.0])
+
+
+class Model:
+    def __init__(self):
+        self.w = np.ones(3)
+        self.scale = 1.0
+
+    def loss(self, x):
+        return (x * self.w).sum() * self.scale
+
+
+def test_object_attributes_and_methods_are_read_again(executor):
+    m, x = Model(), np.array([0.5, -1.0, 2.0])
+    g = gj.grad(lambda x, model: model.loss(x))   # a plain object: static, by identity
+    np.testing.assert_allclose(g(x, m), [1.0, 1.0, 1.0])
+    m.w = np.full(3, 5.0)
+    np.testing.assert_allclose(g(x, m), [5.0, 5.0, 5.0])
+    m.scale = 2.0
+    np.testing.assert_allclose(gj.jit(lambda x: m.loss(x))(x), 2 * 5.0 * 1.5)
+    np.testing.assert_allclose(g(x, m), [10.0, 10.0, 10.0])
+
+
+def test_closure_lists_and_cells_are_read_again(executor):
+    layers = [np.ones(2)]
+    bias = 0.0
+
+    def f(x):
+        out = x
+        for w in layers:
+            out = np.tanh(out * w)
+        return out.sum() + bias
+
+    j, x = gj.jit(f), np.array([0.3, -0.2])
+    np.testing.assert_allclose(j(x), np.tanh(x).sum())
+    layers.append(np.full(2, 2.0))
+    np.testing.assert_allclose(j(x), np.tanh(2 * np.tanh(x)).sum())
+    bias = 1.0   # (the closure cell now holds another value)
+    np.testing.assert_allclose(j(x), np.tanh(2 * np.tanh(x)).sum() + 1.0)
+
+
+def test_large_arrays_read_at_each_call_are_not_compared():
+    # an array the compiled code reads at each call (a graph constant) and larger than
+    # LIVE_CHECK_BYTES is checked only for its binding: changed in place, the next call
+    # reads the new values without tracing again
+    n = LIVE_CHECK_BYTES // 8 + 1
+    data = np.ones(n)
+    g, w = gj.grad(lambda w: (np.tanh(w * data) ** 2).sum()), np.array(0.3)
+    g(w)
+    before = _retraces()
+    data[:] = 2.0
+    np.testing.assert_allclose(g(w), n * 2 * np.tanh(0.6) * (1 - np.tanh(0.6) ** 2) * 2,
+                               rtol=1e-10)
+    assert _retraces() == before
+
+
+def test_values_that_keep_changing_are_logged(caplog):
+    from gradjit.runtime.transforms import RETRACE_WARN
+    step = [0.0]
+    f = gj.jit(lambda x: x * step[0])
+    with caplog.at_level(logging.INFO, logger="gradjit"):
+        for k in range(RETRACE_WARN + 1):
+            step[0] = float(k)
+            assert f(np.ones(2))[0] == k
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "traced again" in r.message]
+    assert len(warned) == 1 and "pass values that change as arguments" in warned[0].message
+
+
+@pytest.mark.parametrize("tiering", ["sync", "never"])
+def test_both_tiers_see_the_change(tiering, monkeypatch):
+    monkeypatch.setenv("GRADJIT_TIERING", tiering)
+    cfg = {"k": 1.0}
+    g = gj.grad(lambda x: (x * cfg["k"]).sum())
+    assert g(np.ones(2))[0] == 1.0
+    cfg["k"] = 3.0
+    assert g(np.ones(2))[0] == 3.0
