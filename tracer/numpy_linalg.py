@@ -100,6 +100,7 @@ def eigh(a, UPLO="L"):
 def cholesky(a, upper=False):
     """NumPy reads one triangle (the lower; ``upper=True``: the upper), so the gradient is
     zero on the other, as finite differences of NumPy's function say."""
+    _square("np.linalg.cholesky", a)
     return L.cholesky(symmetric_from_triangle(a, "U" if upper else "L"), upper=upper)
 
 
@@ -136,7 +137,44 @@ def lstsq(a, b, rcond=None):
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     (a,) = operands(a, floating=True)
+    if hermitian:
+        return _svd_hermitian(a, compute_uv)
     return L.svd(a, full_matrices) if compute_uv else L.svdvals(a)
+
+
+def _svd_hermitian(a, compute_uv):
+    """NumPy's ``hermitian=True``: from ``eigh`` (which reads the lower triangle only), the
+    singular values |w| in descending order, the signs of w moved into ``Vh``."""
+    if not compute_uv:
+        return np.sort(np.abs(eigvalsh(a)), axis=-1)[..., ::-1]
+    w, v = eigh(a)
+    order = np.argsort(np.abs(w), axis=-1)[..., ::-1]
+    s = np.take_along_axis(np.abs(w), order, -1)
+    sign = np.take_along_axis(np.sign(w), order, -1)
+    u = np.take_along_axis(v, order[..., None, :], -1)
+    return L.SVDResult(u, s, np.swapaxes(u * sign[..., None, :], -1, -2))
+
+
+_NO_RTOL = object()
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_RTOL):
+    """NumPy's cutoff: singular values up to ``rcond`` (default 1e-15; ``rtol``: NumPy 2's
+    spelling) times the largest count as zero. The default non-hermitian case is the
+    ``linalg_pinv`` op; others are built from ``svd`` as NumPy builds them."""
+    (a,) = operands(a, floating=True)
+    if rcond is None:
+        rcond = 1e-15 if rtol is _NO_RTOL else (
+            max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else rtol)
+    elif rtol is not _NO_RTOL:
+        raise ValueError("`rtol` and `rcond` can't be both set.")
+    if not hermitian and not hasattr(rcond, "_apply") and np.all(np.asarray(rcond) == 1e-15):
+        return L.pinv(a)
+    u, s, vt = svd(a, full_matrices=False, hermitian=hermitian)
+    cutoff = np.asarray(rcond)[..., None] * s.max(axis=-1, keepdims=True)
+    large = s > cutoff
+    inv = np.where(large, 1.0 / np.where(large, s, 1.0), 0.0)   # (no 1/0 on either side)
+    return np.swapaxes(vt, -1, -2) @ (inv[..., None] * np.swapaxes(u, -1, -2))
 
 
 def qr(a, mode="reduced"):
@@ -148,6 +186,8 @@ def qr(a, mode="reduced"):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = operands(x, floating=True)
+    if isinstance(axis, (tuple, list)) and len(axis) > 2:
+        raise ValueError("Improper number of dimensions to norm.")
     if isinstance(axis, (tuple, list)) and len(axis) == 2 or (axis is None and x.ndim == 2
                                                               and ord is not None):
         return L.matrix_norm(x, "fro" if ord is None else ord, axis or (-2, -1), keepdims)
@@ -315,7 +355,7 @@ NUMPY_FUNCTIONS = {
     np.linalg.slogdet: _floating(L.slogdet), np.linalg.solve: solve,
     np.linalg.cholesky: _floating(cholesky),
     np.linalg.qr: qr, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.svd: svd,
-    np.linalg.pinv: _floating(lambda a, rcond=None, hermitian=False: L.pinv(a)),
+    np.linalg.pinv: pinv,
     np.linalg.lstsq: lstsq, np.linalg.norm: norm, np.linalg.multi_dot: multi_dot,
     np.linalg.matrix_norm: _floating(lambda x, keepdims=False, ord="fro": L.matrix_norm(
         x, ord, keepdim=keepdims)),
