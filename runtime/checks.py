@@ -31,16 +31,16 @@ def _as_tuple(x):
 def _numerical(func, inputs, i, outs_shape, eps):
     x = inputs[i]
     cols = []
-    flat = x.data.reshape(-1)  # a view: perturb in place, then restore
-    for j in range(flat.size):
-        old = flat[j]
-        flat[j] = old + eps
+    data = x.data   # perturbed in place and restored, element by element in C order
+    for j in np.ndindex(data.shape):   # (not reshape(-1): a copy for Fortran or strided data)
+        old = data[j]
+        data[j] = old + eps
         with enable_grad():  # func may itself differentiate (gradgradcheck)
             hi = [np.array(o.data, np.float64) for o in _as_tuple(func(*inputs))]
-        flat[j] = old - eps
+        data[j] = old - eps
         with enable_grad():
             lo = [np.array(o.data, np.float64) for o in _as_tuple(func(*inputs))]
-        flat[j] = old
+        data[j] = old
         cols.append([((h - l) / (2 * eps)).reshape(-1) for h, l in zip(hi, lo)])
     return [np.stack([c[k] for c in cols], axis=1) if cols else np.zeros((int(np.prod(s)), 0))
             for k, s in enumerate(outs_shape)]

@@ -209,6 +209,8 @@ def _apply_traced(cls, args):
 
 def _per_tensor(cls, res, tensor_args):
     res = res if isinstance(res, tuple) else (res,)
+    if len(res) > len(tensor_args) and all(r is None for r in res[len(tensor_args):]):
+        res = res[:len(tensor_args)]   # (torch drops extra gradients that are all None)
     if len(res) != len(tensor_args):
         raise RuntimeError(f"function {cls.__name__}Backward returned an incorrect number of "
                            f"gradients (expected {len(tensor_args)}, got {len(res)})")

@@ -745,3 +745,26 @@ def test_same_tensor_passed_twice(interpreted):
     (y * y).sum().backward()
     np.testing.assert_allclose(y.grad.data, 2 * 3 * X ** 2)
     np.testing.assert_allclose(x.grad.data, 2 * 3 * X ** 2 * 6 * X)
+
+
+def test_gradcheck_on_non_contiguous_inputs_and_extra_none_gradients(interpreted):
+    # gradcheck once perturbed a copy of Fortran-ordered / transposed data (a zero
+    # Jacobian: a correct function reported wrong); a backward returning more gradients
+    # than inputs, the extra ones None, is accepted as torch does
+    class Twice(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, None
+
+    fortran = gj.tensor(np.asfortranarray(np.arange(1.0, 7.0).reshape(2, 3)), requires_grad=True)
+    transposed = gj.tensor(np.arange(1.0, 7.0).reshape(3, 2)).T.detach().requires_grad_()
+    for x in (fortran, transposed):
+        assert A.gradcheck(lambda a: a * a, (x,))
+        assert A.gradcheck(Twice.apply, (x,))
+        assert A.gradgradcheck(lambda a: a * a * a, (x,))
+    (Twice.apply(fortran) * fortran).sum().backward()
+    np.testing.assert_allclose(fortran.grad.data, 4 * fortran.data)
