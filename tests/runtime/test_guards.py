@@ -146,3 +146,19 @@ def test_both_tiers_see_the_change(tiering, monkeypatch):
     assert g(np.ones(2))[0] == 1.0
     cfg["k"] = 3.0
     assert g(np.ones(2))[0] == 3.0
+
+
+def test_a_changed_value_traces_again_without_compiling(monkeypatch):
+    # arrays and scalars read from outside are arguments of the compiled code: a new
+    # value is a new trace of the same structure, found in memory
+    monkeypatch.setenv("GRADJIT_TIERING", "sync")
+    data, cfg = np.ones((4, 3)), {"k": 2.0}
+    g, w = gj.grad(lambda w: ((data @ w) ** 2).sum() * cfg["k"]), np.ones(3)
+    g(w)
+    before = gj.stats()
+    data[:] = 2.0
+    cfg["k"] = 3.0
+    np.testing.assert_allclose(g(w), 2 * 3.0 * data.T @ (data @ w))
+    after = gj.stats()
+    assert after["compiles"] == before["compiles"] and after["disk_hits"] == before["disk_hits"]
+    assert after["guard_retraces"] == before["guard_retraces"] + 1
