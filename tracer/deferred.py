@@ -20,10 +20,12 @@ Contract
   are those of the recording time. A computed value stays in its node's
   ``out_data`` (the Tensor takes it when first read, ``Tensor.data``); backward
   keeps it for nodes a Tensor still holds (``GradFn.held``) and frees the rest.
-- Semantics differ from eager only for writes into a leaf's memory that
-  bypass gradjit (NumPy writes into an array shared through ``from_numpy``)
-  between an op and the point its value is computed: the value then sees
-  the write. ``set_deferred(False)`` (or ``GRADJIT_DEFER=0``) records and
+- The user's code reaching a tensor's memory (``t.data``, ``t.numpy()``,
+  ``np.asarray(t)``: ``tracer/tensor.py``) computes every pending node first,
+  so NumPy writes through it (``w.data += 0.1``) never reach a value recorded
+  before. Semantics differ from eager only for NumPy writes into the array a
+  ``from_numpy`` tensor shares, between an op and the point its value is
+  computed: the value then sees the write. ``set_deferred(False)`` (or ``GRADJIT_DEFER=0``) records and
   runs every op at once, as before.
 """
 from __future__ import annotations

@@ -30,7 +30,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer import tape
-from gradjit.tracer.registry import real_only
+from gradjit.tracer.registry import _OURS, real_only
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
 from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
@@ -48,6 +48,15 @@ from gradjit.tracer.tensor_device import DeviceMethods
 from gradjit.tracer.tensor_inplace import InplaceMethods
 from gradjit.tracer import tensor_eager as _eager_mod
 from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
+
+
+def _user_caller(skip):
+    """Whether the frame ``skip`` above the function calling this one is the user's code
+    (not gradjit's): where a tensor's memory is handed out to be written."""
+    try:
+        return not _getframe(skip + 1).f_code.co_filename.startswith(_OURS)
+    except ValueError:   # (called from C)
+        return True
 
 
 class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
@@ -78,6 +87,8 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
                 if fn.out_data is None:   # (freed: cannot happen while this Tensor holds it)
                     raise RuntimeError(FREED)
             d = self._data = fn.out_data[self._index]
+        elif _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
+            tape.flush()   # the caller may write into it (w.data -= ...): deferred values first
         return d
 
     @data.setter
@@ -124,6 +135,8 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
+        if _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
+            tape.flush()   # (shared memory the caller may write: as .data)
         return self.data
 
     def __array__(self, dtype=None, copy=None):
@@ -132,6 +145,8 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
         # not copy (a dtype change then cannot be honoured).
         if is_device_array(self.data):
             self.numpy()
+        if _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
+            tape.flush()   # (np.asarray(t) shares memory the caller may write: as .data)
         data = self.data
         if dtype is not None and np.dtype(dtype) != data.dtype:
             if copy is False:

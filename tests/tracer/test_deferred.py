@@ -157,6 +157,24 @@ def test_setitem_and_numpy_reads_see_recorded_values(rng):
     np.testing.assert_allclose(y.data, w.data + np.arange(3.0), rtol=1e-15)
 
 
+def test_memory_handed_out_to_numpy_writes_sees_recorded_values(rng):
+    # w.data, t.numpy() and np.asarray(t) hand out the tensor's memory: NumPy writes into
+    # it once reached ops recorded before them, still pending (torch computed them first)
+    x, w, b = _leaves(rng)
+    w0 = w.data.copy()
+    y = (w * w).sum()
+    w.data += 0.1
+    z = (w * w).sum()
+    np.testing.assert_allclose([y.item(), z.item() - y.item()],
+                               [(w0 * w0).sum(), ((w0 + 0.1) ** 2 - w0 * w0).sum()], rtol=1e-12)
+    v = gj.tensor(np.arange(3.0))
+    u = (v * 2.0).sum()
+    v.numpy()[:] += 1.0
+    s = (v * 1.0).sum()
+    np.asarray(v)[0] = 10.0
+    assert (u.item(), s.item()) == (6.0, 6.0)   # (not 12: [1, 2, 3] * 2; not 15: [10, 2, 3])
+
+
 def test_side_computations_and_broken_tapes_fall_back(rng, joints):
     x, w, b = _leaves(rng)
     side = (w * 3.0).sum()                         # not part of the loss
