@@ -252,7 +252,7 @@ class jit(_Transformed):
     """Compile ``fn`` for each signature of its array arguments."""
 
     def _trace_body(self, g, call, arg_values):
-        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
+        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs), statics=True)
         g.outputs = vals
         fold_loops(g)   # (rewires g.outputs)
         return tree
@@ -352,7 +352,7 @@ class value_and_grad(_Transformed):
 
     def _trace_body(self, g, call, arg_values):
         value, aux, grads = self._differentiate(call, graph=g)
-        aux_vals, aux_tree = flatten_output(g, aux) if self.has_aux else ([], None)
+        aux_vals, aux_tree = flatten_output(g, aux, statics=True) if self.has_aux else ([], None)
         leaves, gtree = pytree.flatten(grads)
         g.outputs = ([value.value] if self.with_value else []) + aux_vals + [t.value for t in leaves]
         return len(aux_vals), aux_tree, gtree

@@ -145,6 +145,25 @@ def test_jit_returns_namedtuples_and_nested_structures(data):
     np.testing.assert_allclose(out["p"].w, 2 * w)
 
 
+def test_non_array_outputs_come_back_as_they_are(data, executor):
+    """str, bytes and other objects a function returns are static outputs, given back by
+    Python on both tiers (compiled code garbled a str, and crashed on bytes or a str in
+    aux); numbers still come back as arrays."""
+    w = data[0]
+    f = gj.jit(lambda x, tag: (x.sum(), tag, b"ab", np.sin, 3))
+    for _ in range(2):   # (the first call traces, the second runs the cached entry)
+        s, tag, raw, fn, n = f(w, "hello")
+        assert (tag, raw, fn) == ("hello", b"ab", np.sin) and type(tag) is str
+        np.testing.assert_allclose(s, w.sum())
+        assert np.asarray(n) == 3
+    g = gj.grad(lambda x: ((x ** 2).sum(), {"name": "run1", "m": x.mean()}), has_aux=True)
+    for _ in range(2):
+        gx, aux = g(w)
+        np.testing.assert_allclose(gx, 2 * w)
+        assert aux["name"] == "run1"
+        np.testing.assert_allclose(aux["m"], w.mean())
+
+
 def test_jacrev_of_a_dict(data):
     w = data[0]
     jac = gj.jacrev(lambda p: np.sin(p["a"]) * p["c"])({"a": w[:, 0], "c": w[:, 1]})
