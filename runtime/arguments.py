@@ -3,6 +3,7 @@
 Contract
 - ``Call(args, kwargs)``: the positional arguments a traced function is called with
   (tracers where the caller's arrays were), ``kwargs`` its keyword arguments.
+- ``callable_name(fn)``: a function's name, also for partials and callable instances.
 - ``norm_argnums`` / ``static_positions``: argnums as a tuple; static positions and
   names, each completed from the other through the function's signature (as JAX's).
 - ``has_tracer``: a call made inside another trace (the transform then traces inline).
@@ -14,6 +15,7 @@ Contract
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -21,6 +23,17 @@ import numpy as np
 from gradjit.tracer import pytree
 from gradjit.tracer.api import apply
 from gradjit.tracer.trace import Tracer
+
+
+def callable_name(fn):
+    """A name for messages and graphs: the function's, that of a partial's function, or a
+    callable instance's class (neither of those has a ``__name__``)."""
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(fn, functools.partial):
+        return f"partial({callable_name(fn.func)})"
+    return type(fn).__name__
 
 
 def norm_argnums(argnums):

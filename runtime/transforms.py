@@ -25,8 +25,9 @@ from gradjit.lowering.passes import optimize
 from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
-from gradjit.runtime.arguments import (Call, constant_loss, first_tracer, fresh_leaves, has_tracer,
-                                       norm_argnums, plain, static_positions)
+from gradjit.runtime.arguments import (Call, callable_name, constant_loss, first_tracer,
+                                       fresh_leaves, has_tracer, norm_argnums, plain,
+                                       static_positions)
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
@@ -111,10 +112,12 @@ class _Transformed:
         self.static, self.static_names = static_positions(fn, static_argnums, static_argnames)
         self.device = canonical(device)
         if self.device == "cuda":
-            require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
+            require(f"gj.{type(self).__name__}({callable_name(fn)})")
         self._compiled = Bounded()   # signature -> (executable, constants, output tree)
         self._hot = None   # (dispatcher, trailing args, unpack or None) of the last signature
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
+        if "__name__" not in self.__dict__:   # a partial, a callable instance: none of its own
+            self.__name__ = callable_name(fn)
 
     def __call__(self, *args, **kwargs):
         # Hot path: the compiled function of the last signature, called straight away. Numba
@@ -202,7 +205,7 @@ class _Transformed:
         return self._trace_leaves(traced, layout)
 
     def _trace_leaves(self, traced, layout):
-        g, tracers, arg_values = trace(traced, name=getattr(self.fn, "__name__", "fn"))
+        g, tracers, arg_values = trace(traced, name=self.__name__)
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
         call_args, call_kwargs = pytree.join_args(layout, tracers)
         return g, Call(call_args, call_kwargs), arg_values
@@ -289,7 +292,7 @@ class value_and_grad(_Transformed):
         is first copied into a value of its own, so the gradient counts only the paths
         through that argument, not those through other arguments computed from the same
         outer value (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``, as JAX's)."""
-        name = f"gj.{type(self).__name__}({getattr(self.fn, '__name__', 'f')})"
+        name = f"gj.{type(self).__name__}({self.__name__})"
         for i in self.argnums:
             if i >= len(call):
                 raise TypeError(f"{name}: argnums={i} but the function was called with "
