@@ -29,6 +29,7 @@ from gradjit.runtime.arguments import (Call, callable_name, constant_loss, first
                                        fresh_leaves, has_tracer, norm_argnums, plain,
                                        static_positions)
 from gradjit.runtime.memory import Bounded
+from gradjit.runtime.running_stats import hidden_updates, with_updates
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
@@ -39,41 +40,6 @@ from gradjit.tracer.coercion import swapped, traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import StreamMovedError, reachable, rng_guard
 from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
-
-
-def _hidden_updates(g, arg_values):
-    """Append the statistics of ``g.running_updates`` (batch_norm under tracing) to the
-    graph's outputs; returns [(target, momentum)] with target ('arg', position) or
-    ('array', the captured array)."""
-    out = []
-    for (kind, ref), stat, momentum in g.running_updates:
-        g.outputs.append(stat)
-        out.append((("arg", arg_values.index(ref)) if kind == "arg" else ("array", ref), momentum))
-    return out
-
-
-class _Updating:
-    """An executable whose last results are running statistics: it applies
-    ``r = (1 - momentum) * r + momentum * stat`` to each target after the call and returns
-    the other results. Never an ``Executable``, so calls take the slow path that has
-    the arguments."""
-
-    def __init__(self, exe, updates):
-        self.exe, self.updates = exe, updates
-        self.graph, self.source = exe.graph, exe.source
-
-    def __call__(self, arrays):
-        res = list(self.exe(arrays))
-        stats = res[len(res) - len(self.updates):]
-        for ((kind, ref), momentum), stat in zip(self.updates, stats):
-            arr = np.asarray(arrays[ref]) if kind == "arg" else ref
-            stat = to_host(stat)
-            arr[...] = ((1.0 - momentum) * arr + momentum * stat.reshape(arr.shape)).astype(arr.dtype)
-        return res[:len(res) - len(self.updates)]
-
-
-def _with_updates(exe, updates):
-    return _Updating(exe, updates) if updates else exe
 
 
 def _lookup(mod, qualname):
@@ -218,7 +184,7 @@ class _Transformed:
                 time.sleep(0.01)       # (let the other threads run past it, then tell)
                 g, tree, arg_values = self._guarded_trace(traced, layout)
         g.view_tree = None
-        updates = _hidden_updates(g, arg_values)
+        updates = hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
@@ -227,8 +193,8 @@ class _Transformed:
                 raise GradjitError(f"{self.__name__}: batched (Jacobian) transforms run on the CPU "
                                    f"only; the CUDA target has no batched entry yet")
             exe = compile_graph_cuda(optimize(g))
-            return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
-        return _with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
+            return with_updates(exe, updates), tuple(to_device(c) for c in consts), tree
+        return with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree
 
     def _guarded_trace(self, traced, layout):
         g, call, arg_values = self._trace_leaves(traced, layout)
