@@ -15,8 +15,10 @@ Contract
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -47,6 +49,13 @@ def _lookup(mod, qualname):
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     return obj
+
+
+def _first_param(fn):
+    try:
+        return next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        return None
 
 
 def _rebuild(cls, fn, args, kwargs):
@@ -84,6 +93,13 @@ class _Transformed:
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
         if "__name__" not in self.__dict__:   # a partial, a callable instance: none of its own
             self.__name__ = callable_name(fn)
+
+    def __get__(self, obj, objtype=None):
+        """A transform in a class body is a method, as the function it wraps would be:
+        ``obj.method(x)`` calls it with ``obj`` first, an argument like any other (a
+        hashable object is static: keyed by its hash, its arrays read as constants when
+        traced; argnums and static_argnums count it)."""
+        return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, **kwargs):
         # Hot path: the compiled function of the last signature, called straight away. Numba
@@ -271,10 +287,13 @@ class value_and_grad(_Transformed):
             for a in leaves:
                 if not isinstance(a, Tracer) or a.dtype.kind != "f":
                     dt = getattr(a, "dtype", type(a).__name__)
+                    hint = (" (argument 0 is the method's self: argnums=1 is the first "
+                            "argument after it)" if i == 0 and _first_param(self.fn) == "self"
+                            else "")
                     raise GradjitError(f"{name}: can only differentiate with respect to "
                                        f"floating-point arrays, but argument {i} holds "
-                                       f"{'a leaf of ' if treedef is not None else ''}dtype {dt}",
-                                       user_site())
+                                       f"{'a leaf of ' if treedef is not None else ''}dtype {dt}"
+                                       f"{hint}", user_site())
             # the values the caller passed: the function may assign into its arguments
             # (x[0] = v rebinds the tracer), and the gradient is w.r.t. what was passed
             wrt.extend(Tracer(a.graph, a.value) for a in leaves)

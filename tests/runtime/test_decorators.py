@@ -1,5 +1,6 @@
 """Transforms take their options before the function too (``@gj.jit(static_argnums=1)``),
-and any callable: functions, ``functools.partial`` objects, callable instances."""
+and any callable: functions, ``functools.partial`` objects, callable instances; in a class
+body they are methods (``obj.m(x)`` binds ``obj``)."""
 import functools
 
 import numpy as np
@@ -73,3 +74,42 @@ def test_a_generator_bound_in_a_partial_is_watched():
         return (x * g.normal(size=3)).sum()
     with pytest.raises(gj.GradjitError, match="drew numbers while"):
         gj.grad(functools.partial(noisy, g=rng))(np.ones(3))
+
+
+class _Model:
+    def __init__(self, w):
+        self.w = w
+
+    @gj.jit
+    def forward(self, x):
+        return (x * self.w).sum()
+
+    @gj.grad(argnums=1)
+    def grad_x(self, x):
+        return (x ** 2 * self.w).sum()
+
+    @gj.value_and_grad(argnums=1, static_argnums=2)
+    def power(self, x, n):
+        return (x ** n * self.w).sum()
+
+    @gj.grad
+    def grad_self(self, x):
+        return (x ** 2).sum()
+
+
+def test_transforms_bind_self_as_methods(executor):
+    """A transform in a class body is a method (descriptor protocol): obj.m(x) passes obj
+    first, a static argument like any other hashable object, so each instance has its own
+    trace (it called the function without self: missing argument)."""
+    a, b = _Model(np.ones(3)), _Model(np.full(3, 2.0))
+    x = np.array([1.0, 2.0, 3.0])
+    for _ in range(2):
+        assert a.forward(x) == 6.0 and b.forward(x) == 12.0
+        np.testing.assert_allclose(a.grad_x(x), 2 * x)
+        np.testing.assert_allclose(b.grad_x(x), 4 * x)
+        v, g = b.power(x, 3)
+        np.testing.assert_allclose(v, 2 * (x ** 3).sum())
+        np.testing.assert_allclose(g, 6 * x ** 2)
+    assert _Model.forward(a, x) == 6.0 and _Model.forward is _Model.__dict__["forward"]
+    with pytest.raises(gj.GradjitError, match="argument 0 is the method's self: argnums=1"):
+        a.grad_self(x)
