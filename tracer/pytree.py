@@ -10,7 +10,8 @@ Contract
   the leaves it traces (arrays, NumPy scalars, Python floats and complexes,
   tensors) and a key made of the structure, the traced leaves' shapes and
   dtypes, and the values of the static leaves (str, int, bool, callables, any
-  other hashable object, and whole arguments named static). ``join_args``
+  other hashable object, and whole arguments named static); an array in non-native byte
+  order (``>f8`` on a little-endian machine) is traced as its native copy. ``join_args``
   puts tracers back where the traced leaves were.
 - ``ravel_pytree(tree) -> (flat, unravel)``: one float64-or-promoted 1-D array
   of every leaf, and the function that splits such an array back into the tree
@@ -124,6 +125,9 @@ def _split(a, traced, static, name, where):
         if is_traced_leaf(x):
             if not hasattr(x, "shape"):
                 x = np.asarray(x)
+            elif isinstance(x, np.ndarray) and not x.dtype.isnative:
+                # Numba types native byte order only: the same values, swapped once here
+                x = x.astype(x.dtype.newbyteorder("="))
             traced.append(x)
             kinds.append(None)
         else:
