@@ -56,6 +56,24 @@ def test_grad_of_a_pytree_has_its_structure(kind, data):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-8)
 
 
+def test_ordered_and_default_dicts_keep_their_type(data, executor):
+    """Gradients and results of an OrderedDict are OrderedDicts (as JAX's), of a
+    defaultdict defaultdicts with the same default_factory (they came back plain dicts)."""
+    w, b, x = data
+    od = collections.OrderedDict(w=w, b=b)
+    g = gj.grad(lambda p, x: _loss(p["w"], p["b"], x))(od, x)
+    assert type(g) is collections.OrderedDict and list(g) == ["w", "b"]
+    np.testing.assert_allclose(g["w"], _fd(w, b, x)[0], rtol=1e-6, atol=1e-8)
+    dd = collections.defaultdict(list, w=w, b=b)
+    g = gj.grad(lambda p, x: _loss(p["w"], p["b"], x))(dd, x)
+    assert type(g) is collections.defaultdict and g.default_factory is list
+    np.testing.assert_allclose(g["b"], _fd(w, b, x)[1], rtol=1e-6, atol=1e-8)
+    out = gj.jit(lambda w: collections.OrderedDict(a=w, b=2 * w))(w)
+    assert type(out) is collections.OrderedDict and list(out) == ["a", "b"]
+    np.testing.assert_allclose(out["b"], 2 * w)
+    assert type(pytree.ravel_pytree(od)[1](pytree.ravel_pytree(od)[0])) is collections.OrderedDict
+
+
 def test_tuple_argument_is_not_stacked(data):
     w, b, x = data
     f = gj.jit(lambda p: (p[0] * 2, p[1] + 1))
