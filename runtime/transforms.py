@@ -29,7 +29,7 @@ from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
 from gradjit.runtime.arguments import (Call, callable_name, constant_loss, first_tracer,
                                        fresh_leaves, has_tracer, norm_argnums, plain,
-                                       static_positions)
+                                       single_argnum, split_aux, static_positions)
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.running_stats import hidden_updates, with_updates
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
@@ -262,7 +262,7 @@ class value_and_grad(_Transformed):
                  static_argnames=()):
         super().__init__(fn, static_argnums, device, static_argnames)
         self.argnums = norm_argnums(argnums)
-        self.single = isinstance(argnums, int)
+        self.single = single_argnum(argnums)
         self.has_aux = bool(has_aux)
         bad = self.static & set(self.argnums)
         if bad:
@@ -300,10 +300,7 @@ class value_and_grad(_Transformed):
             trees.append((treedef, len(leaves)))
         out, aux = self.fn(*call, **call.kwargs), None
         if self.has_aux:
-            if not isinstance(out, (tuple, list)) or len(out) != 2:
-                raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
-                                   f"(value, aux), got {type(out).__name__}", user_site())
-            out, aux = out
+            out, aux = split_aux(out, name)
         const = None if isinstance(out, Tracer) else constant_loss(out)
         if const is not None:   # (torch would raise: nothing requires grad)
             ref = first_tracer(call)
@@ -314,9 +311,11 @@ class value_and_grad(_Transformed):
                                f"{type(out).__name__}", user_site())
         # one element of any shape is a scalar, as torch's backward() and autograd take it
         if out.value.size != 1 or out.dtype.kind != "f":
-            raise GradjitError(f"{name}: gradient only defined for scalar-output functions; "
-                               f"the output is {out.value.type_str()}", out.value.node.site
-                               if out.value.node is not None else None)
+            what = ("gradient only defined for scalar-output functions" if out.value.size != 1
+                    else "the output must be floating point (a real-valued scalar, as torch's "
+                         "and JAX's grad)")
+            raise GradjitError(f"{name}: {what}; the output is {out.value.type_str()}",
+                               out.value.node.site if out.value.node is not None else None)
         g = out.graph
         # Python loops the trace unrolled become scans before the adjoint is built on them
         held = [x for x in pytree.flatten(aux)[0] if isinstance(x, Tracer)]

@@ -142,6 +142,32 @@ def test_keyword_arguments_and_static_argnames(data):
     assert j(x, 2).shape == (2, 6)
 
 
+def test_clear_errors_for_arguments_and_outputs(data, executor):
+    """An integer or bool output says it must be floating point (it said "scalar-output");
+    argnums of any integral type are taken (np.int64 raised a TypeError of tuple()); a
+    static name or position the function does not take is a ValueError, as JAX's."""
+    w = data[1]
+    for bad in (lambda x: (x > 0).sum(), lambda x: (x > 0).any()):
+        with pytest.raises(gj.GradjitError, match="output must be floating point"):
+            gj.grad(bad)(w)
+    with pytest.raises(gj.GradjitError, match="scalar-output"):
+        gj.grad(lambda x: x * 2)(w)
+    f = lambda a, b: (a * b).sum()  # noqa: E731
+    np.testing.assert_allclose(gj.grad(f, argnums=np.int64(1))(w, 2 * w), w)
+    ga, gb = gj.value_and_grad(f, argnums=(np.int32(0), 1))(w, 2 * w)[1]
+    np.testing.assert_allclose(ga, 2 * w)
+    with pytest.raises(TypeError, match="argnums must be an int"):
+        gj.grad(f, argnums=True)
+    with pytest.raises(ValueError, match=r"static_argnames \['foo'\] are not parameters"):
+        gj.jit(lambda x, n=1: x * n, static_argnames="foo")
+    with pytest.raises(ValueError, match=r"static_argnums=\(3,\), but .* takes 1"):
+        gj.jit(lambda x: x, static_argnums=3)
+    # **kwargs and *args take any name or position
+    np.testing.assert_allclose(gj.jit(lambda x, **kw: x * kw["n"], static_argnames="n")(w, n=2),
+                               2 * w)
+    np.testing.assert_allclose(gj.jit(lambda *a: a[0] * a[1], static_argnums=1)(w, 3), 3 * w)
+
+
 def test_python_float_is_traced_not_static(data):
     w = data[0]
     f = gj.jit(lambda a, s: a * s)
