@@ -95,7 +95,9 @@ def pow_backward_exponent(grad, self, exponent, result):
             return grad * where(exponent >= 0, zeros_like(exponent),
                                 zeros_like(exponent) - float("inf"))
         import math
-        return grad * (result * math.log(self))
+        # log of a negative base is NaN, as NumPy's (math.log raised: no backward at all);
+        # the gradient is NaN there, as torch's and JAX's
+        return grad * (result * (math.log(self) if self > 0 or self != self else float("nan")))
     # log(1) = 0 replaces log(0) where the limit is 0, so no -inf reaches a product that a
     # where would mask afterwards (NaN in second order and in forward mode)
     masked = where(self == 0, where(exponent >= 0, 1, self), self)

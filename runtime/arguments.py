@@ -3,8 +3,11 @@
 Contract
 - ``Call(args, kwargs)``: the positional arguments a traced function is called with
   (tracers where the caller's arrays were), ``kwargs`` its keyword arguments.
-- ``norm_argnums`` / ``static_positions``: argnums as a tuple; static positions and
-  names, each completed from the other through the function's signature (as JAX's).
+- ``callable_name(fn)``: a function's name, also for partials and callable instances.
+- ``norm_argnums`` / ``single_argnum``: argnums as a tuple of ints (any integral type);
+  whether it was one. ``static_positions``: static positions and names, each completed
+  from the other through the function's signature (as JAX's), a ValueError for a name or
+  position the function does not take. ``split_aux``: a has_aux function's pair.
 - ``has_tracer``: a call made inside another trace (the transform then traces inline).
 - ``plain(layout)``: every argument one traced array, no keywords (the hot path).
 - ``fresh_leaves(call, positions)``: for a transform inside another's trace, each
@@ -14,17 +17,57 @@ Contract
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 
 import numpy as np
 
 from gradjit.tracer import pytree
 from gradjit.tracer.api import apply
+from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer.trace import Tracer
 
 
+def callable_name(fn):
+    """A name for messages and graphs: the function's, that of a partial's function, or a
+    callable instance's class (neither of those has a ``__name__``)."""
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(fn, functools.partial):
+        return f"partial({callable_name(fn.func)})"
+    return type(fn).__name__
+
+
+def single_argnum(argnums):
+    """True for one integral argnum (an int, np.int64 ...: anything with __index__), which
+    gives one gradient rather than a tuple; bool is no argnum (as JAX's)."""
+    if isinstance(argnums, (bool, np.bool_)):
+        raise TypeError(f"argnums must be an int or a sequence of ints, got {argnums!r}")
+    try:
+        operator.index(argnums)
+    except TypeError:
+        return False
+    return True
+
+
 def norm_argnums(argnums):
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    """argnums as a tuple of Python ints (integral NumPy scalars accepted)."""
+    seq = (argnums,) if single_argnum(argnums) else argnums
+    try:
+        return tuple(operator.index(i) for i in seq)
+    except TypeError:
+        raise TypeError(f"argnums must be an int or a sequence of ints, got {argnums!r}") from None
+
+
+def split_aux(out, name):
+    """``(value, aux)`` of a has_aux function's result, or a GradjitError saying what the
+    function returned instead."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
+                           f"(value, aux), got {type(out).__name__}", user_site())
+    return out[0], out[1]
 
 
 def first_tracer(call):
@@ -78,6 +121,17 @@ def static_positions(fn, static_argnums, static_argnames):
     except (TypeError, ValueError):
         return frozenset(pos), frozenset(names)
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    # a name or position the function cannot take would silently never be static (JAX's
+    # errors); *args and **kwargs take any
+    kinds = {p.kind for p in params}
+    unknown = names - {p.name for p in params if p.kind != p.POSITIONAL_ONLY}
+    if unknown and inspect.Parameter.VAR_KEYWORD not in kinds:
+        raise ValueError(f"static_argnames {sorted(unknown)} are not parameters of "
+                         f"{callable_name(fn)} (its parameters: {[p.name for p in params]})")
+    beyond = sorted(i for i in pos if not -len(positional) <= i < len(positional))
+    if beyond and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        raise ValueError(f"static_argnums={tuple(beyond)}, but {callable_name(fn)} takes "
+                         f"{len(positional)} positional argument(s)")
     pos |= {positional.index(n) for n in names if n in positional}
     names |= {positional[i] for i in pos if 0 <= i < len(positional)}
     return frozenset(pos), frozenset(names)

@@ -30,6 +30,7 @@ Contract
 """
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -172,6 +173,10 @@ class _Walk:
         elif isinstance(v, types.FunctionType):
             if not foreign(v.__code__.co_filename):
                 self.functions.append(v)
+        elif isinstance(v, functools.partial):   # its function, bound arguments and keywords
+            self.value(v.func)
+            self.value(v.args)
+            self.value(v.keywords)
         else:
             f = function_of(v) if callable(v) else None   # (a partial, a transform, a
             if f is not None and f is not v:                # callable object: its function)

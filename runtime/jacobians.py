@@ -15,6 +15,8 @@ Contract
   the compiled code; each leaf reads its slice of the seed. Forward products come from
   the forward pass of ``lowering/forward.py`` (``result:`` formulas, a custom Function's
   ``jvp``, or the linearised backward formula), exact, no finite differences.
+- ``has_aux=True`` (jacrev, jacfwd, hessian): ``f`` returns ``(value, aux)`` and the
+  transform ``(jacobian, aux)``, as JAX's.
 - ``hessian(f, argnums) = jacfwd(grad(f, argnums), argnums)``: nested structures (a dict
   argument gives a dict of dicts; argnums=(0, 1) gives ((H00, H01), (H10, H11))).
 - ``jvp(f, primals, tangents) -> (f(*primals), J tangents)``: ``primals`` a tuple of
@@ -30,12 +32,12 @@ from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.memory import Bounded
-from gradjit.runtime.arguments import norm_argnums, fresh_leaves
+from gradjit.runtime.arguments import fresh_leaves, norm_argnums, single_argnum, split_aux
 from gradjit.runtime.transforms import _Transformed, grad
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError
-from gradjit.tracer.trace import Tracer, flatten_output
+from gradjit.tracer.trace import Tracer, flatten_output, unflatten_output
 
 
 def _rules():
@@ -77,10 +79,11 @@ def _flat_seed(g, leaves):
 
 
 class _Jac(_Transformed):
-    def __init__(self, fn, argnums=0, static_argnums=(), static_argnames=()):
+    def __init__(self, fn, argnums=0, has_aux=False, static_argnums=(), static_argnames=()):
         super().__init__(fn, static_argnums, static_argnames=static_argnames)
         self.argnums = norm_argnums(argnums)
-        self.single = isinstance(argnums, int)
+        self.single = single_argnum(argnums)
+        self.has_aux = bool(has_aux)
 
     def _diff_args(self, call):
         """The leaves of the differentiated arguments (as passed: the function may assign
@@ -100,13 +103,34 @@ class _Jac(_Transformed):
         return xs, trees
 
     def _outputs(self, g, call):
-        """The function's output leaves (tracers) and its structure."""
-        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
+        """The function's output leaves (tracers), its structure and its aux (has_aux)."""
+        out, aux = self.fn(*call, **call.kwargs), None
+        if self.has_aux:
+            out, aux = split_aux(out, f"gj.{type(self).__name__}({self.__name__})")
+        vals, tree = flatten_output(g, out)
         outs = [Tracer(g, v) for v in vals]
         if not outs or any(o.dtype.kind != "f" for o in outs):
             raise GradjitError(f"gj.{type(self).__name__}: the function must return a "
                                f"floating-point array or a pytree of them")
-        return outs, tree
+        return outs, tree, aux
+
+    def _aux_outputs(self, g, aux):
+        """has_aux: the aux leaves appended to the graph's outputs after the Jacobian's;
+        returns (how many, structure) for ``_with_aux``."""
+        if not self.has_aux:
+            return 0, None
+        vals, tree = flatten_output(g, aux, statics=True)
+        g.outputs = list(g.outputs) + vals
+        return len(vals), tree
+
+    def _with_aux(self, jac, aux_part, results):
+        """``jac``, or ``(jac, aux)``: each aux output is batched as every output of the
+        compiled loop over seeds, and the same in every row (row 0 is taken)."""
+        if not self.has_aux:
+            return jac
+        n, tree = aux_part
+        return jac, unflatten_output(tree, [np.array(r[0]) for r in results[len(results) - n:]]
+                                     if n else [])
 
     def _per_arg(self, trees, res):
         per_arg, k = [], 0
@@ -123,7 +147,7 @@ class _Jac(_Transformed):
         """Inside another trace: one reverse pass per output element, stacked."""
         xs, trees = self._diff_args(fresh_leaves(call, self.argnums))
         g = xs[0].graph
-        outs, out_tree = self._outputs(g, call)
+        outs, out_tree, aux = self._outputs(g, call)
         blocks = []
         for o in outs:
             rows = []
@@ -134,42 +158,44 @@ class _Jac(_Transformed):
                 rows.append(_reverse(g, [o], [o._const(e.reshape(o.shape))], xs))
             blocks.append([_stack([r[i] for r in rows], o.shape + x.shape, o.value.size)
                            for i, x in enumerate(xs)])
-        return self._structured(out_tree, trees, blocks)
+        jac = self._structured(out_tree, trees, blocks)
+        return (jac, aux) if self.has_aux else jac
 
 
 class jacrev(_Jac):
     def _trace_body(self, g, call, arg_values):
         xs, trees = self._diff_args(call)
-        outs, out_tree = self._outputs(g, call)
+        outs, out_tree, aux = self._outputs(g, call)
         seeds, offsets = _flat_seed(g, outs)
         g.outputs = [r.value for r in _reverse(g, outs, seeds, xs)]
         return ([(tuple(o.shape), k) for o, k in zip(outs, offsets)],
-                [tuple(x.shape) for x in xs], out_tree, trees)
+                [tuple(x.shape) for x in xs], out_tree, trees, self._aux_outputs(g, aux))
 
     def _unpack(self, tree, results):
-        outs, xshapes, out_tree, trees = tree
+        outs, xshapes, out_tree, trees, aux_part = tree
         blocks = [[r[k:k + int(np.prod(oshape))].reshape(oshape + xshape)
                    for r, xshape in zip(results, xshapes)] for oshape, k in outs]
-        return self._structured(out_tree, trees, blocks)
+        return self._with_aux(self._structured(out_tree, trees, blocks), aux_part, results)
 
 
 class jacfwd(_Jac):
     def _trace_body(self, g, call, arg_values):
         xs, trees = self._diff_args(call)
-        outs, out_tree = self._outputs(g, call)
+        outs, out_tree, aux = self._outputs(g, call)
         ts, offsets = _flat_seed(g, xs)
         g.outputs = [jt.value for jt in _forward(g, xs, ts, outs)]
         return ([tuple(o.shape) for o in outs],
-                [(tuple(x.shape), k) for x, k in zip(xs, offsets)], out_tree, trees)
+                [(tuple(x.shape), k) for x, k in zip(xs, offsets)], out_tree, trees,
+                self._aux_outputs(g, aux))
 
     def _unpack(self, tree, results):
-        oshapes, xs, out_tree, trees = tree
+        oshapes, xs, out_tree, trees, aux_part = tree
         blocks = []
         for r, oshape in zip(results, oshapes):   # r: (seeds,) + oshape, row j = J e_j
             size = int(np.prod(oshape))
             blocks.append([r[k:k + n].reshape((n, size)).T.reshape(oshape + xshape)
                            for xshape, k, n in ((s, k, int(np.prod(s))) for s, k in xs)])
-        return self._structured(out_tree, trees, blocks)
+        return self._with_aux(self._structured(out_tree, trees, blocks), aux_part, results)
 
 
 def _stack(rows, shape, n):
@@ -187,11 +213,11 @@ def _stack(rows, shape, n):
     return acc.reshape(shape)
 
 
-def hessian(fn, argnums=0, static_argnums=()):
+def hessian(fn, argnums=0, has_aux=False, static_argnums=()):
     """The Hessian of a scalar function: ``jacfwd(grad(fn, argnums), argnums)``, with JAX's
-    nested structure for pytree arguments and tuples of argnums."""
-    return jacfwd(grad(fn, argnums=argnums, static_argnums=static_argnums), argnums=argnums,
-                  static_argnums=static_argnums)
+    nested structure for pytree arguments and tuples of argnums (has_aux: ``(H, aux)``)."""
+    return jacfwd(grad(fn, argnums=argnums, has_aux=has_aux, static_argnums=static_argnums),
+                  argnums=argnums, has_aux=has_aux, static_argnums=static_argnums)
 
 
 class jvp_fn(_Transformed):

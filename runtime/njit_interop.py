@@ -75,7 +75,7 @@ def native(fn):
 
 
 def _name(t):
-    return f"gj.{type(t).__name__}({getattr(t.fn, '__name__', 'f')})"
+    return f"gj.{type(t).__name__}({t.__name__})"
 
 
 def _entries(t):

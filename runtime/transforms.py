@@ -15,9 +15,11 @@ Contract
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -28,9 +30,11 @@ from gradjit.runtime.compiler import (STATS, Executable, PackedExecutable, compi
 from gradjit.runtime.guards import guards_for
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
-from gradjit.runtime.arguments import (Call, constant_loss, first_tracer, fresh_leaves, has_tracer,
-                                       norm_argnums, plain, static_positions)
+from gradjit.runtime.arguments import (Call, callable_name, constant_loss, first_tracer,
+                                       fresh_leaves, has_tracer, norm_argnums, plain,
+                                       single_argnum, split_aux, static_positions)
 from gradjit.runtime.memory import Bounded
+from gradjit.runtime.running_stats import hidden_updates, with_updates
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
@@ -45,41 +49,6 @@ from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflat
 
 _LOG = logging.getLogger("gradjit")
 RETRACE_WARN = 8   # traces again for changed outside values before the log says it louder
-
-
-def _hidden_updates(g, arg_values):
-    """Append the statistics of ``g.running_updates`` (batch_norm under tracing) to the
-    graph's outputs; returns [(target, momentum)] with target ('arg', position) or
-    ('array', the captured array)."""
-    out = []
-    for (kind, ref), stat, momentum in g.running_updates:
-        g.outputs.append(stat)
-        out.append((("arg", arg_values.index(ref)) if kind == "arg" else ("array", ref), momentum))
-    return out
-
-
-class _Updating:
-    """An executable whose last results are running statistics: it applies
-    ``r = (1 - momentum) * r + momentum * stat`` to each target after the call and returns
-    the other results. Never an ``Executable``, so calls take the slow path that has
-    the arguments."""
-
-    def __init__(self, exe, updates):
-        self.exe, self.updates = exe, updates
-        self.graph, self.source = exe.graph, exe.source
-
-    def __call__(self, arrays):
-        res = list(self.exe(arrays))
-        stats = res[len(res) - len(self.updates):]
-        for ((kind, ref), momentum), stat in zip(self.updates, stats):
-            arr = np.asarray(arrays[ref]) if kind == "arg" else ref
-            stat = to_host(stat)
-            arr[...] = ((1.0 - momentum) * arr + momentum * stat.reshape(arr.shape)).astype(arr.dtype)
-        return res[:len(res) - len(self.updates)]
-
-
-def _with_updates(exe, updates):
-    return _Updating(exe, updates) if updates else exe
 
 
 def _holds(entry, transform=None):
@@ -104,6 +73,13 @@ def _lookup(mod, qualname):
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     return obj
+
+
+def _first_param(fn):
+    try:
+        return next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        return None
 
 
 def _rebuild(cls, fn, args, kwargs):
@@ -135,10 +111,19 @@ class _Transformed:
         self.static, self.static_names = static_positions(fn, static_argnums, static_argnames)
         self.device = canonical(device)
         if self.device == "cuda":
-            require(f"gj.{type(self).__name__}({getattr(fn, '__name__', 'f')})")
+            require(f"gj.{type(self).__name__}({callable_name(fn)})")
         self._compiled = Bounded()   # signature -> (executable, constants, output tree)
         self._hot = None   # (dispatcher, trailing args, unpack or None) of the last signature
         functools.update_wrapper(self, fn, updated=())  # not __dict__: ours differs
+        if "__name__" not in self.__dict__:   # a partial, a callable instance: none of its own
+            self.__name__ = callable_name(fn)
+
+    def __get__(self, obj, objtype=None):
+        """A transform in a class body is a method, as the function it wraps would be:
+        ``obj.method(x)`` calls it with ``obj`` first, an argument like any other (a
+        hashable object is static: keyed by its hash, its arrays read as constants when
+        traced; argnums and static_argnums count it)."""
+        return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, **kwargs):
         # Hot path: the compiled function of the last signature, called straight away. Numba
@@ -226,7 +211,7 @@ class _Transformed:
         return self._trace_leaves(traced, layout)
 
     def _trace_leaves(self, traced, layout):
-        g, tracers, arg_values = trace(traced, name=getattr(self.fn, "__name__", "fn"))
+        g, tracers, arg_values = trace(traced, name=self.__name__)
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
         call_args, call_kwargs = pytree.join_args(layout, tracers)
         return g, Call(call_args, call_kwargs), arg_values
@@ -239,7 +224,7 @@ class _Transformed:
                 time.sleep(0.01)       # (let the other threads run past it, then tell)
                 g, tree, arg_values, statics = self._guarded_trace(traced, layout)
         g.view_tree = None
-        updates = _hidden_updates(g, arg_values)
+        updates = hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # (after the trace: what it read from outside, checked before each later call)
         guard = guards_for(self.fn, statics, consts)
@@ -250,8 +235,8 @@ class _Transformed:
                 raise GradjitError(f"{self.__name__}: batched (Jacobian) transforms run on the CPU "
                                    f"only; the CUDA target has no batched entry yet")
             exe = compile_graph_cuda(optimize(g))
-            return _with_updates(exe, updates), tuple(to_device(c) for c in consts), tree, guard
-        return (_with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree,
+            return with_updates(exe, updates), tuple(to_device(c) for c in consts), tree, guard
+        return (with_updates(compile_graph(optimize(g), batched=batched), updates), consts, tree,
                 guard)
 
     def _guarded_trace(self, traced, layout):
@@ -279,7 +264,7 @@ class jit(_Transformed):
     """Compile ``fn`` for each signature of its array arguments."""
 
     def _trace_body(self, g, call, arg_values):
-        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs))
+        vals, tree = flatten_output(g, self.fn(*call, **call.kwargs), statics=True)
         g.outputs = vals
         fold_loops(g)   # (rewires g.outputs)
         return tree
@@ -304,7 +289,7 @@ class value_and_grad(_Transformed):
                  static_argnames=()):
         super().__init__(fn, static_argnums, device, static_argnames)
         self.argnums = norm_argnums(argnums)
-        self.single = isinstance(argnums, int)
+        self.single = single_argnum(argnums)
         self.has_aux = bool(has_aux)
         bad = self.static & set(self.argnums)
         if bad:
@@ -316,7 +301,7 @@ class value_and_grad(_Transformed):
         is first copied into a value of its own, so the gradient counts only the paths
         through that argument, not those through other arguments computed from the same
         outer value (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``, as JAX's)."""
-        name = f"gj.{type(self).__name__}({getattr(self.fn, '__name__', 'f')})"
+        name = f"gj.{type(self).__name__}({self.__name__})"
         for i in self.argnums:
             if i >= len(call):
                 raise TypeError(f"{name}: argnums={i} but the function was called with "
@@ -329,20 +314,20 @@ class value_and_grad(_Transformed):
             for a in leaves:
                 if not isinstance(a, Tracer) or a.dtype.kind != "f":
                     dt = getattr(a, "dtype", type(a).__name__)
+                    hint = (" (argument 0 is the method's self: argnums=1 is the first "
+                            "argument after it)" if i == 0 and _first_param(self.fn) == "self"
+                            else "")
                     raise GradjitError(f"{name}: can only differentiate with respect to "
                                        f"floating-point arrays, but argument {i} holds "
-                                       f"{'a leaf of ' if treedef is not None else ''}dtype {dt}",
-                                       user_site())
+                                       f"{'a leaf of ' if treedef is not None else ''}dtype {dt}"
+                                       f"{hint}", user_site())
             # the values the caller passed: the function may assign into its arguments
             # (x[0] = v rebinds the tracer), and the gradient is w.r.t. what was passed
             wrt.extend(Tracer(a.graph, a.value) for a in leaves)
             trees.append((treedef, len(leaves)))
         out, aux = self.fn(*call, **call.kwargs), None
         if self.has_aux:
-            if not isinstance(out, (tuple, list)) or len(out) != 2:
-                raise GradjitError(f"{name}: has_aux=True needs the function to return a pair "
-                                   f"(value, aux), got {type(out).__name__}", user_site())
-            out, aux = out
+            out, aux = split_aux(out, name)
         const = None if isinstance(out, Tracer) else constant_loss(out)
         if const is not None:   # (torch would raise: nothing requires grad)
             ref = first_tracer(call)
@@ -353,9 +338,11 @@ class value_and_grad(_Transformed):
                                f"{type(out).__name__}", user_site())
         # one element of any shape is a scalar, as torch's backward() and autograd take it
         if out.value.size != 1 or out.dtype.kind != "f":
-            raise GradjitError(f"{name}: gradient only defined for scalar-output functions; "
-                               f"the output is {out.value.type_str()}", out.value.node.site
-                               if out.value.node is not None else None)
+            what = ("gradient only defined for scalar-output functions" if out.value.size != 1
+                    else "the output must be floating point (a real-valued scalar, as torch's "
+                         "and JAX's grad)")
+            raise GradjitError(f"{name}: {what}; the output is {out.value.type_str()}",
+                               out.value.node.site if out.value.node is not None else None)
         g = out.graph
         # Python loops the trace unrolled become scans before the adjoint is built on them
         held = [x for x in pytree.flatten(aux)[0] if isinstance(x, Tracer)]
@@ -379,7 +366,7 @@ class value_and_grad(_Transformed):
 
     def _trace_body(self, g, call, arg_values):
         value, aux, grads = self._differentiate(call, graph=g)
-        aux_vals, aux_tree = flatten_output(g, aux) if self.has_aux else ([], None)
+        aux_vals, aux_tree = flatten_output(g, aux, statics=True) if self.has_aux else ([], None)
         leaves, gtree = pytree.flatten(grads)
         g.outputs = ([value.value] if self.with_value else []) + aux_vals + [t.value for t in leaves]
         return len(aux_vals), aux_tree, gtree

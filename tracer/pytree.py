@@ -6,17 +6,23 @@ Contract
   the same structure; ``treedef`` is hashable and compares equal for equal
   structures, so function transforms put it in their signature key.
 - ``None`` is an empty subtree (no leaf), as in JAX.
+- An ``OrderedDict`` comes back an ``OrderedDict`` and a ``defaultdict`` a ``defaultdict``
+  with its ``default_factory`` (part of the structure, as in JAX); other dict subclasses
+  come back as plain dicts.
 - ``split_args(args, kwargs, static)`` is how a function transform sees a call:
   the leaves it traces (arrays, NumPy scalars, Python floats and complexes,
   tensors) and a key made of the structure, the traced leaves' shapes and
   dtypes, and the values of the static leaves (str, int, bool, callables, any
-  other hashable object, and whole arguments named static). ``join_args``
+  other hashable object, and whole arguments named static); an array in non-native byte
+  order (``>f8`` on a little-endian machine) is traced as its native copy. ``join_args``
   puts tracers back where the traced leaves were.
 - ``ravel_pytree(tree) -> (flat, unravel)``: one float64-or-promoted 1-D array
   of every leaf, and the function that splits such an array back into the tree
   (for ``scipy.optimize``).
 """
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 
@@ -40,13 +46,26 @@ def _flatten(x, leaves, is_leaf):
         return ("none",)
     if isinstance(x, dict):
         keys = tuple(x)
-        return ("dict", keys, tuple(_flatten(x[k], leaves, is_leaf) for k in keys))
+        subs = tuple(_flatten(x[k], leaves, is_leaf) for k in keys)
+        kind = _dict_kind(x)
+        return ("dict", keys, subs) if kind is None else ("dict", keys, subs, kind)
     if _is_namedtuple(x):
         return ("namedtuple", type(x), tuple(_flatten(v, leaves, is_leaf) for v in x))
     if isinstance(x, (tuple, list)):
         return (type(x).__name__, tuple(_flatten(v, leaves, is_leaf) for v in x))
     leaves.append(x)
     return _LEAF
+
+
+def _dict_kind(x):
+    """What rebuilds a dict subclass the structure keeps: ``(cls, None)`` for an
+    OrderedDict (or a subclass), ``(cls, default_factory)`` for a defaultdict; None for a
+    plain dict or another subclass (those come back as plain dicts)."""
+    if isinstance(x, collections.OrderedDict):
+        return (type(x), None)
+    if isinstance(x, collections.defaultdict):
+        return (type(x), x.default_factory)
+    return None
 
 
 def unflatten(treedef, leaves):
@@ -68,7 +87,16 @@ def _unflatten(t, it):
     if kind == "none":
         return None
     if kind == "dict":
-        return {k: _unflatten(s, it) for k, s in zip(t[1], t[2])}
+        pairs = [(k, _unflatten(s, it)) for k, s in zip(t[1], t[2])]
+        if len(t) == 3:
+            return dict(pairs)
+        cls, factory = t[3]
+        out = cls.__new__(cls)   # (the base's __init__: a subclass's own may take other args)
+        if issubclass(cls, collections.OrderedDict):
+            collections.OrderedDict.__init__(out, pairs)
+        else:
+            collections.defaultdict.__init__(out, factory, pairs)
+        return out
     if kind == "namedtuple":
         return t[1](*[_unflatten(s, it) for s in t[2]])
     seq = [_unflatten(s, it) for s in t[1]]
@@ -124,6 +152,9 @@ def _split(a, traced, static, name, where):
         if is_traced_leaf(x):
             if not hasattr(x, "shape"):
                 x = np.asarray(x)
+            elif isinstance(x, np.ndarray) and not x.dtype.isnative:
+                # Numba types native byte order only: the same values, swapped once here
+                x = x.astype(x.dtype.newbyteorder("="))
             traced.append(x)
             kinds.append(None)
         else:

@@ -34,7 +34,9 @@ Contract
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
+import types
 
 import numpy as np
 
@@ -133,6 +135,12 @@ def reachable(fn, extra=()):
     cells and defaults (recursively through nested code), plus ``extra``."""
     objs = list(extra)
     fn = getattr(fn, "__wrapped__", fn)
+    if isinstance(fn, functools.partial):   # its bound arguments, then its function
+        return reachable(fn.func, [*objs, *fn.args, *fn.keywords.values()])
+    if not isinstance(fn, (types.FunctionType, type)) and hasattr(type(fn), "__call__") \
+            and hasattr(fn, "__dict__"):   # a callable instance: its attributes, its __call__
+        return reachable(getattr(type(fn).__call__, "__func__", type(fn).__call__),
+                         [*objs, *vars(fn).values()])
     code = getattr(fn, "__code__", None)
     if code is None:
         return objs

@@ -315,22 +315,53 @@ def trace(args, name="jit"):
     return g, tracers, arg_values
 
 
-def flatten_output(graph, out):
+def flatten_output(graph, out, statics=False):
     """``(values, tree)``: the leaves of a result made of tuples, lists, dicts and
     namedtuples (nested, tracer/pytree.py), in order, and the structure to rebuild it; a
-    leaf is a tracer, array or number."""
+    leaf is a tracer, array or number. ``statics``: a leaf that is neither (a str, bytes,
+    any other object) is no graph output but part of ``tree``, given back as the very
+    object (``unflatten_output``): compiled code cannot return it, and the interpreter
+    must not give back something else."""
     leaves, tree = pytree.flatten(out)
-    vals = []
-    for x in leaves:
+    vals, kept = [], []
+    for i, x in enumerate(leaves):
         if not isinstance(x, Tracer):
+            if statics and not _numeric(x):
+                kept.append((i, x))
+                continue
             x = np.asarray(x)
             if x.dtype == object:
                 raise TypeError(f"{graph.name}: a traced function must return arrays, numbers, "
                                 f"or tuples, lists, dicts and namedtuples of them; got "
                                 f"{type(out).__name__}")
         vals.append(_as_tracer(graph, x).value)
-    return vals, tree
+    return vals, (StaticLeaves(tree, tuple(kept)) if kept else tree)
+
+
+def _numeric(x):
+    """A leaf that becomes an array output: a number, a numeric or boolean array."""
+    if isinstance(x, (str, bytes)):
+        return False
+    try:
+        return np.asarray(x).dtype.kind in "biufc"
+    except Exception:   # (an object NumPy cannot convert is static)
+        return False
+
+
+class StaticLeaves:
+    """A result's structure and its static leaves: ``(position among the leaves,
+    object)`` pairs put back between the graph's outputs."""
+
+    __slots__ = ("tree", "kept")
+
+    def __init__(self, tree, kept):
+        self.tree, self.kept = tree, kept
 
 
 def unflatten_output(tree, items):
+    if tree.__class__ is StaticLeaves:
+        items = list(items)
+        for i, x in tree.kept:   # (ascending positions: each insert lands in place)
+            items.insert(i, x)
+        tree = tree.tree
     return pytree.unflatten(tree, list(items))

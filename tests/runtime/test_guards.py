@@ -162,3 +162,16 @@ def test_a_changed_value_traces_again_without_compiling(monkeypatch):
     after = gj.stats()
     assert after["compiles"] == before["compiles"] and after["disk_hits"] == before["disk_hits"]
     assert after["guard_retraces"] == before["guard_retraces"] + 1
+
+
+def test_partial_arguments_are_read_again(executor):
+    import functools
+    w = np.ones(3)
+
+    def loss(x, w, scale):
+        return (x * (w * scale)).sum()   # (w * scale: NumPy's, while tracing)
+
+    g, x = gj.grad(functools.partial(loss, w=w, scale=2.0)), np.ones(3)
+    np.testing.assert_allclose(g(x), [2.0, 2.0, 2.0])
+    w[:] = 3.0
+    np.testing.assert_allclose(g(x), [6.0, 6.0, 6.0])

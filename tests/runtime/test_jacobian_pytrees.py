@@ -158,3 +158,26 @@ def test_jacobians_inside_another_transform(executor):
                                atol=1e-7)
     np.testing.assert_allclose(got["b"], numerical_grad(f_np, [P["w"], P["b"]], 1), rtol=1e-5,
                                atol=1e-7)
+
+
+def test_jacobians_and_hessian_with_has_aux(executor):
+    """has_aux=True: ``(jacobian, aux)`` as JAX's; the aux as grad's has_aux gives it (arrays,
+    static leaves as returned), also nested in another transform."""
+    x = np.array([0.5, 1.0, 2.0])
+
+    def f(x):
+        return np.sin(x), {"m": x.mean(), "tag": "t"}
+    for jac in (gj.jacrev, gj.jacfwd):
+        for _ in range(2):
+            J, aux = jac(f, has_aux=True)(x)
+            np.testing.assert_allclose(J, np.diag(np.cos(x)), atol=1e-15)
+            assert aux["tag"] == "t" and np.asarray(aux["m"]).shape == ()
+            np.testing.assert_allclose(aux["m"], x.mean())
+    H, aux = gj.hessian(lambda x: ((x ** 3).sum(), x.sum()), has_aux=True)(x)
+    np.testing.assert_allclose(H, np.diag(6 * x))
+    np.testing.assert_allclose(aux, x.sum())
+    nested = gj.grad(lambda x: gj.jacrev(f, has_aux=True)(x)[0].sum()
+                     + gj.jacfwd(f, has_aux=True)(x)[1]["m"])(x)
+    np.testing.assert_allclose(nested, -np.sin(x) + 1 / 3)
+    with pytest.raises(gj.GradjitError, match="has_aux=True needs the function to return a pair"):
+        gj.jacrev(np.sin, has_aux=True)(x)

@@ -219,6 +219,26 @@ def test_pow_at_zero_base_second_order(executor):
     np.testing.assert_array_equal(gj.grad(lambda y: dy(y).sum())(yy), np.zeros(3))
 
 
+NEG_POW_FORMS = {"rpow": lambda y: (-2.0) ** y, "np.power": lambda y: np.power(-2.0, y),
+                 "int-base": lambda y: (-2) ** y, "np.float64": lambda y: np.float64(-2.0) ** y}
+
+
+@pytest.mark.parametrize("form", sorted(NEG_POW_FORMS))
+def test_pow_negative_constant_base_exponent_gradient_is_nan(form, executor):
+    """d(c ** y)/dy = c ** y * log(c) is NaN for a constant c < 0, as torch's and JAX's
+    (building the backward raised "math domain error" from math.log)."""
+    f, y = NEG_POW_FORMS[form], np.array([2.0, 3.0, 0.5])
+    with np.errstate(invalid="ignore"):
+        want = f(y)
+    v, g = gj.value_and_grad(lambda y: f(y).sum())(y)
+    np.testing.assert_array_equal(v, want.sum())
+    np.testing.assert_array_equal(g, np.full(3, np.nan))
+    np.testing.assert_array_equal(gj.jvp(f, (y,), (np.ones(3),))[1], np.full(3, np.nan))
+    x = gj.tensor(y, requires_grad=True)
+    f(x).sum().backward()
+    np.testing.assert_array_equal(np.asarray(x.grad.data), np.full(3, np.nan))
+
+
 def test_pow_away_from_zero_unchanged(interpreted):
     x = _rng.uniform(0.5, 2.0, (2, 3))
     y = _rng.uniform(-1.0, 2.0, (3,))

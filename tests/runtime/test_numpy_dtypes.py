@@ -14,7 +14,8 @@ rules run through the Numba code generator too (the ``executor`` fixture), in ``
 - a NumPy scalar operand is strong (float32 array * np.float64(2) is float64), a Python
   number weak (float32 array * 2.0 stays float32); torch tensors keep torch's weak rule;
 - np.linalg.qr(a, mode='complete') of a tall matrix: NumPy's (m, m) Q, and a gradient
-  that raises a GradjitError saying why.
+  that raises a GradjitError saying why;
+- arguments in non-native byte order (``>f8``) are their native values to a transform.
 """
 from __future__ import annotations
 
@@ -252,3 +253,18 @@ def test_narrow_integers_wrap_at_every_step(dt, executor):
         with np.errstate(all="ignore"):
             want = op(x, c)
         assert got.dtype == want.dtype and np.array_equal(got, want), (op, got, want)
+
+
+def test_non_native_byte_order_arguments(executor):
+    """Big-endian arrays are converted to native order at the argument boundary (Numba
+    raised NumbaNotImplementedError for '>f8'): the same values, the native signature."""
+    xb, xn = np.array([1.0, 2.0], dtype=">f8"), np.array([1.0, 2.0])
+    g = gj.grad(lambda x: (x ** 2).sum())
+    for x in (xb, xn, xb):   # (the hot path of a native signature meets '>f8' too)
+        np.testing.assert_array_equal(g(x), [2.0, 4.0])
+    assert g(xb).dtype == np.float64 and len(g._compiled) == 1
+    ib = np.array([3, 4], dtype=">i4")
+    got = gj.grad(lambda p, b: (p["a"] * b).sum())({"a": xb}, ib)
+    np.testing.assert_array_equal(got["a"], [3.0, 4.0])
+    np.testing.assert_array_equal(gj.jit(lambda x, b: x * b)(xb, ib), xn * ib)
+    np.testing.assert_array_equal(gj.jacrev(lambda x: x * 2)(xb), 2 * np.eye(2))

@@ -56,6 +56,24 @@ def test_grad_of_a_pytree_has_its_structure(kind, data):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-8)
 
 
+def test_ordered_and_default_dicts_keep_their_type(data, executor):
+    """Gradients and results of an OrderedDict are OrderedDicts (as JAX's), of a
+    defaultdict defaultdicts with the same default_factory (they came back plain dicts)."""
+    w, b, x = data
+    od = collections.OrderedDict(w=w, b=b)
+    g = gj.grad(lambda p, x: _loss(p["w"], p["b"], x))(od, x)
+    assert type(g) is collections.OrderedDict and list(g) == ["w", "b"]
+    np.testing.assert_allclose(g["w"], _fd(w, b, x)[0], rtol=1e-6, atol=1e-8)
+    dd = collections.defaultdict(list, w=w, b=b)
+    g = gj.grad(lambda p, x: _loss(p["w"], p["b"], x))(dd, x)
+    assert type(g) is collections.defaultdict and g.default_factory is list
+    np.testing.assert_allclose(g["b"], _fd(w, b, x)[1], rtol=1e-6, atol=1e-8)
+    out = gj.jit(lambda w: collections.OrderedDict(a=w, b=2 * w))(w)
+    assert type(out) is collections.OrderedDict and list(out) == ["a", "b"]
+    np.testing.assert_allclose(out["b"], 2 * w)
+    assert type(pytree.ravel_pytree(od)[1](pytree.ravel_pytree(od)[0])) is collections.OrderedDict
+
+
 def test_tuple_argument_is_not_stacked(data):
     w, b, x = data
     f = gj.jit(lambda p: (p[0] * 2, p[1] + 1))
@@ -124,6 +142,32 @@ def test_keyword_arguments_and_static_argnames(data):
     assert j(x, 2).shape == (2, 6)
 
 
+def test_clear_errors_for_arguments_and_outputs(data, executor):
+    """An integer or bool output says it must be floating point (it said "scalar-output");
+    argnums of any integral type are taken (np.int64 raised a TypeError of tuple()); a
+    static name or position the function does not take is a ValueError, as JAX's."""
+    w = data[1]
+    for bad in (lambda x: (x > 0).sum(), lambda x: (x > 0).any()):
+        with pytest.raises(gj.GradjitError, match="output must be floating point"):
+            gj.grad(bad)(w)
+    with pytest.raises(gj.GradjitError, match="scalar-output"):
+        gj.grad(lambda x: x * 2)(w)
+    f = lambda a, b: (a * b).sum()  # noqa: E731
+    np.testing.assert_allclose(gj.grad(f, argnums=np.int64(1))(w, 2 * w), w)
+    ga, gb = gj.value_and_grad(f, argnums=(np.int32(0), 1))(w, 2 * w)[1]
+    np.testing.assert_allclose(ga, 2 * w)
+    with pytest.raises(TypeError, match="argnums must be an int"):
+        gj.grad(f, argnums=True)
+    with pytest.raises(ValueError, match=r"static_argnames \['foo'\] are not parameters"):
+        gj.jit(lambda x, n=1: x * n, static_argnames="foo")
+    with pytest.raises(ValueError, match=r"static_argnums=\(3,\), but .* takes 1"):
+        gj.jit(lambda x: x, static_argnums=3)
+    # **kwargs and *args take any name or position
+    np.testing.assert_allclose(gj.jit(lambda x, **kw: x * kw["n"], static_argnames="n")(w, n=2),
+                               2 * w)
+    np.testing.assert_allclose(gj.jit(lambda *a: a[0] * a[1], static_argnums=1)(w, 3), 3 * w)
+
+
 def test_python_float_is_traced_not_static(data):
     w = data[0]
     f = gj.jit(lambda a, s: a * s)
@@ -143,6 +187,25 @@ def test_jit_returns_namedtuples_and_nested_structures(data):
     out = gj.jit(lambda w, b: {"p": P(w * 2, b), "n": [b.sum(), None]})(w, b)
     assert isinstance(out["p"], P) and out["n"][1] is None
     np.testing.assert_allclose(out["p"].w, 2 * w)
+
+
+def test_non_array_outputs_come_back_as_they_are(data, executor):
+    """str, bytes and other objects a function returns are static outputs, given back by
+    Python on both tiers (compiled code garbled a str, and crashed on bytes or a str in
+    aux); numbers still come back as arrays."""
+    w = data[0]
+    f = gj.jit(lambda x, tag: (x.sum(), tag, b"ab", np.sin, 3))
+    for _ in range(2):   # (the first call traces, the second runs the cached entry)
+        s, tag, raw, fn, n = f(w, "hello")
+        assert (tag, raw, fn) == ("hello", b"ab", np.sin) and type(tag) is str
+        np.testing.assert_allclose(s, w.sum())
+        assert np.asarray(n) == 3
+    g = gj.grad(lambda x: ((x ** 2).sum(), {"name": "run1", "m": x.mean()}), has_aux=True)
+    for _ in range(2):
+        gx, aux = g(w)
+        np.testing.assert_allclose(gx, 2 * w)
+        assert aux["name"] == "run1"
+        np.testing.assert_allclose(aux["m"], w.mean())
 
 
 def test_jacrev_of_a_dict(data):
