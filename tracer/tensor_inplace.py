@@ -6,6 +6,10 @@ Contract
   the recorded node; the version counter (``_box``) is bumped, so backward
   refuses values a later in-place op changed. Leaves that require grad refuse
   in-place ops while grad mode is on, as in torch.
+- ``copy_`` / ``fill_`` / ``zero_`` overwrite: with grad mode on and a tensor that
+  requires grad on either side they record ``where(True, src, self)``, so the old
+  history gets a zero gradient and ``src`` all of it (torch's CopyBackwards /
+  FillBackward); a constant that copies a tensor requiring grad starts requiring it.
 - A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[..., None]``) is,
   in torch, a view: an in-place op on it changes ``y``. gradjit's tensor slices are
   copies, so such an op (and ``x[i] = v`` on it) raises, saying to assign into ``y``
@@ -119,14 +123,28 @@ class InplaceMethods:
         self._check_inplace("copy_")
         Tensor = _tensor_class()
         src = src if isinstance(src, Tensor) else Tensor(np.asarray(src))
-        return self._inplace(src.expand(self.shape).to(self.dtype))
+        return self._inplace(self._overwritten(src.expand(self.shape).to(self.dtype)))
 
     def zero_(self):
         return self.fill_(0)
 
     def fill_(self, value):
         self._check_inplace("fill_")
-        return self._inplace(_tensor_class()(np.full(self.shape, value, self.dtype)))
+        return self._inplace(self._overwritten(
+            _tensor_class()(np.full(self.shape, value, self.dtype))))
+
+    def _overwritten(self, new):
+        """``new`` as the result of an op that replaces this tensor's value. Recorded as
+        ``where(True, new, self)`` when either side requires grad: the old history then
+        gets a zero gradient instead of keeping its place in the graph (its recorded
+        value would stand in for ``new``), and ``new`` gets the whole gradient even when
+        it is a leaf (``expand`` / ``to`` of a leaf return the leaf, with no node)."""
+        if is_grad_enabled() and (self._requires_grad or new._requires_grad):
+            from gradjit.tracer.api import where
+            if is_device_array(self.data) and not is_device_array(new.data):
+                new = new.to(device="cuda")   # (differentiable; ops never mix devices)
+            return where(_tensor_class()(np.ones((), np.bool_)), new, self)
+        return new
 
     def __setitem__(self, index, value):
         """``x[index] = value`` with NumPy's index rules (ints, slices, None, Ellipsis,
@@ -163,7 +181,6 @@ class InplaceMethods:
     __isub__ = sub_
     __imul__ = mul_
     __itruediv__ = div_
-
 
 
 def _concrete_index(index, Tensor):

@@ -1,0 +1,106 @@
+"""In-place ops that replace a tensor's value (``fill_``, ``zero_``, ``copy_``), in-place ops
+on constants, and ``retain_grad`` across in-place ops: values and gradients as torch's.
+
+Expected numbers were computed with torch 2.13 (float64) and are written out, so the tests
+run without torch. Each case runs on both executors (the ``executor`` fixture: the NumPy
+reference interpreter and compiled code) and with the deferred forward on and off
+(tracer/deferred.py), since each of those paths once gave its own wrong answer.
+"""
+import numpy as np
+import pytest
+
+import gradjit as gj
+
+V = np.array([0.5, -1.0, 2.0])
+U = np.array([3.0, 4.0, 5.0])
+
+
+@pytest.fixture(params=[True, False], ids=["deferred", "eager"])
+def deferred(request):
+    prev = gj.set_deferred(request.param)
+    yield request.param
+    gj.set_deferred(prev)
+
+
+def fill_then_use(x, y):
+    h = x * 2
+    c = h * 3                  # c keeps the old value of h
+    h.fill_(1.5)               # h is the constant 1.5 now
+    return (c * h).sum()
+
+
+def zero_then_add(x, y):
+    h = x.clone()
+    h.zero_()
+    h.add_(x * x)              # h = x**2
+    return (h * h).sum()
+
+
+def copy_constant(x, y):
+    h = x * 2
+    h.copy_(gj.tensor(U))
+    return (h * x).sum()
+
+
+def fill_only(x, y):           # the old history gets a zero gradient (torch's FillBackward)
+    h = x * 2
+    h.fill_(1.5)
+    return (h * 1.0).sum()
+
+
+def copy_leaf(x, y):           # the gradient goes to the source, zero to the old value
+    h = y * 1
+    h.copy_(x)
+    return (h * h).sum()
+
+
+def copy_into_constant(x, y):  # a constant that copies x starts requiring grad
+    h = gj.zeros(3)
+    h.copy_(x)
+    assert h.requires_grad
+    h.mul_(x)
+    return (h * h).sum()
+
+
+def copy_broadcast(x, y):
+    h = y * 1
+    h.copy_(x[1:2])
+    return (h * y).sum()
+
+
+# (program, loss, x.grad, y.grad): torch 2.13
+CASES = [
+    (fill_then_use, 13.5, [9.0, 9.0, 9.0], None),
+    (zero_then_add, 17.0625, [0.5, -4.0, 32.0], None),
+    (copy_constant, 7.5, [3.0, 4.0, 5.0], None),
+    (fill_only, 4.5, [0.0, 0.0, 0.0], None),
+    (copy_leaf, 5.25, [1.0, -2.0, 4.0], [0.0, 0.0, 0.0]),
+    (copy_into_constant, 17.0625, [0.5, -4.0, 32.0], None),
+    (copy_broadcast, -12.0, [0.0, 12.0, 0.0], [-1.0, -1.0, -1.0]),
+]
+
+
+@pytest.mark.parametrize("program, loss, xg, yg", CASES, ids=[c[0].__name__ for c in CASES])
+def test_overwrite_makes_the_old_history_a_zero_gradient(program, loss, xg, yg, executor,
+                                                         deferred):
+    x, y = gj.tensor(V, requires_grad=True), gj.tensor(U, requires_grad=True)
+    out = program(x, y)
+    out.backward()
+    assert np.isclose(float(out), loss)
+    np.testing.assert_allclose(x.grad.data, xg)
+    if yg is None:
+        assert y.grad is None
+    else:
+        np.testing.assert_allclose(y.grad.data, yg)
+
+
+def test_overwrite_under_no_grad_keeps_the_history(deferred):
+    # torch: an in-place op under no_grad is not recorded; the tensor keeps its grad_fn
+    x = gj.tensor(V, requires_grad=True)
+    h = x * 2
+    with gj.no_grad():
+        h.zero_()
+    assert h.grad_fn is not None and h.requires_grad and h._version == 1
+    c = gj.tensor(U)
+    c.fill_(2.0)
+    assert not c.requires_grad and np.all(c.data == 2.0)
