@@ -10,6 +10,9 @@ Contract
   requires grad on either side they record ``where(True, src, self)``, so the old
   history gets a zero gradient and ``src`` all of it (torch's CopyBackwards /
   FillBackward); a constant that copies a tensor requiring grad starts requiring it.
+- ``retain_grad`` follows the tensor to its new version (``.grad`` is the gradient
+  w.r.t. the value after the last in-place op); hooks stay with the version they were
+  registered on, as torch's.
 - A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[..., None]``) is,
   in torch, a view: an in-place op on it changes ``y``. gradjit's tensor slices are
   copies, so such an op (and ``x[i] = v`` on it) raises, saying to assign into ``y``
@@ -83,6 +86,7 @@ class InplaceMethods:
         if fn is not None:
             fn.out_data[result._index] = self.data
             fn.versions[result._index] = (self._box, self._box[0])
+            _move_retain(self, fn, result._index)
             self.grad_fn, self._index, self._requires_grad = fn, result._index, True
         return self
 
@@ -181,6 +185,18 @@ class InplaceMethods:
     __isub__ = sub_
     __imul__ = mul_
     __itruediv__ = div_
+
+
+def _move_retain(t, fn, index):
+    """``t.retain_grad()`` asked on its old version now asks on the new one (``fn``'s
+    output ``index``), as torch's retains_grad follows the tensor."""
+    old = t.grad_fn
+    if old is None or not old.retains or old.retains.get(t._index, lambda: None)() is not t:
+        return
+    ref = old.retains.pop(t._index)
+    table = fn.retains = fn.retains or {}
+    table[index] = ref
+    tape.mark_special(fn)
 
 
 def _concrete_index(index, Tensor):

@@ -104,3 +104,20 @@ def test_overwrite_under_no_grad_keeps_the_history(deferred):
     c = gj.tensor(U)
     c.fill_(2.0)
     assert not c.requires_grad and np.all(c.data == 2.0)
+
+
+def test_retain_grad_follows_the_tensor_hooks_stay_with_their_version(executor, deferred):
+    # torch: h.grad is the gradient w.r.t. h's value after mul_ (2 h = 12 x); a hook
+    # registered before mul_ sees the gradient w.r.t. the old value (3 * 12 x)
+    for _ in range(2):   # the second step replays the first one's record
+        x = gj.tensor(V, requires_grad=True)
+        h = x * 2
+        seen = []
+        h.register_hook(lambda g: seen.append(np.array(g.data)))
+        h.retain_grad()
+        h.mul_(3)
+        assert h.retains_grad
+        (h * h).sum().backward()
+        np.testing.assert_allclose(h.grad.data, [6.0, -12.0, 24.0])
+        np.testing.assert_allclose(seen[0], [18.0, -36.0, 72.0])
+        np.testing.assert_allclose(x.grad.data, [36.0, -72.0, 144.0])
