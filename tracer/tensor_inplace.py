@@ -103,24 +103,30 @@ class InplaceMethods:
         self._check_inplace("sub_")
         return self._inplace(self.sub(other, alpha=alpha))
 
-    def _original(self):
+    def _original(self, other):
         """The value before an in-place op, for ops whose backward reads it (mul, div,
-        pow): a recorded copy, as torch saves the original ``self`` for such ops."""
-        if is_grad_enabled() and self._requires_grad:
+        pow): a recorded copy, as torch saves the original ``self`` for such ops. A
+        constant multiplied by a tensor that requires grad is saved as a snapshot: the
+        write would otherwise change the saved value (a false version error)."""
+        if not is_grad_enabled():
+            return self
+        if self._requires_grad:
             return self + np.zeros((), self.dtype)
+        if getattr(other, "_requires_grad", False):
+            return _tensor_class()(self.data.copy())
         return self
 
     def mul_(self, other):
         self._check_inplace("mul_")
-        return self._inplace(self._original().mul(other))
+        return self._inplace(self._original(other).mul(other))
 
     def div_(self, other):
         self._check_inplace("div_")
-        return self._inplace(self._original().div(other))
+        return self._inplace(self._original(other).div(other))
 
     def pow_(self, exponent):
         self._check_inplace("pow_")
-        return self._inplace(self._original().pow(exponent))
+        return self._inplace(self._original(exponent).pow(exponent))
 
     def copy_(self, src):
         """Copy ``src`` (broadcast, cast) into this tensor; gradient flows to ``src`` only."""

@@ -121,3 +121,50 @@ def test_retain_grad_follows_the_tensor_hooks_stay_with_their_version(executor, 
         np.testing.assert_allclose(h.grad.data, [6.0, -12.0, 24.0])
         np.testing.assert_allclose(seen[0], [18.0, -36.0, 72.0])
         np.testing.assert_allclose(x.grad.data, [36.0, -72.0, 144.0])
+
+
+def const_mul(x):
+    c = gj.tensor(U)
+    c.mul_(x)
+    return c.sum()
+
+
+def const_div(x):
+    c = gj.tensor(U)
+    c.div_(x)
+    c.add_(1)
+    return (c * c).sum()
+
+
+def const_pow(x):
+    c = gj.tensor(U)
+    c.pow_(x)
+    return c.sum()
+
+
+def const_chain(x):
+    c = gj.tensor(np.array([0.3, 0.7, -0.2]))
+    c.mul_(x)
+    c.add_(c)
+    c.pow_(2)
+    return c.sum()
+
+
+# (program, loss, x.grad): torch 2.13
+CONST_CASES = [
+    (const_mul, 7.5, [3.0, 4.0, 5.0]),
+    (const_div, 70.25, [-168.0, 24.0, -8.75]),
+    (const_pow, 26.98205080756888, [1.902852301792692, 0.34657359027997264, 40.23594781085251]),
+    (const_chain, 2.69, [0.36, -3.92, 0.64]),
+]
+
+
+@pytest.mark.parametrize("program, loss, xg", CONST_CASES, ids=[c[0].__name__ for c in CONST_CASES])
+def test_inplace_op_on_a_constant_saves_its_old_value(program, loss, xg, executor, deferred):
+    # c.mul_(x) on a constant c: mul's backward reads c's value before the write, which
+    # was saved as c itself, so backward saw it changed (a false version error)
+    x = gj.tensor(V, requires_grad=True)
+    out = program(x)
+    out.backward()
+    assert np.isclose(float(out), loss)
+    np.testing.assert_allclose(x.grad.data, xg)
