@@ -304,6 +304,35 @@ def test_second_backward_without_retain_graph_raises(interpreted):
         A.grad(y, x)
 
 
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "eager"])
+def test_second_backward_that_needs_no_saved_values_runs_as_torchs(executor, deferred):
+    # torch fails a second backward only when it needs saved tensors the first freed
+    # (leaves a node saved included); gradjit refused every freed graph
+    prev = gj.set_deferred(deferred)
+    try:
+        for _ in range(2):   # the second step replays the first one's record
+            x = leaf([1.0, 2.0])
+            y = (x + 1).sum()
+            y.backward()
+            y.backward()
+            np.testing.assert_array_equal(x.grad.data, [2.0, 2.0])
+            (g,) = A.grad(y, x)
+            np.testing.assert_array_equal(g.data, [1.0, 1.0])
+            z = y * 2.0               # new ops on top of the freed graph
+            z.backward()
+            np.testing.assert_array_equal(x.grad.data, [4.0, 4.0])
+            for saving in (lambda: (x * x).sum(), lambda: x.exp().sum(),
+                           lambda: (x * gj.tensor(np.array([1.0, 2.0]))).sum()):
+                y = saving()
+                y.backward()
+                with pytest.raises(RuntimeError, match=FREED):
+                    y.backward()
+                with pytest.raises(RuntimeError, match=FREED):
+                    (y * 3.0).backward()
+    finally:
+        gj.set_deferred(prev)
+
+
 def test_grad_also_frees_the_graph(interpreted):
     x = leaf([1.0, 2.0])
     y = (x.sin() * x).sum()
