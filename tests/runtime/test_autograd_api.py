@@ -473,6 +473,44 @@ def test_no_grad_context_and_decorator(interpreted):
     assert A.no_grad is gj.no_grad
 
 
+def test_grad_modes_decorate_without_parentheses_and_recursion_restores_the_mode():
+    # torch accepts @no_grad / @enable_grad / @inference_mode: gradjit took the function
+    # for a mode argument and returned a wrong wrapper (f(x) gave a function back)
+    x = leaf([1.0, 2.0])
+
+    @gj.no_grad
+    def f(t):
+        return t * 2
+
+    @gj.enable_grad
+    def g(t):
+        return t * 3
+
+    @gj.inference_mode
+    def h(t):
+        return t * 4
+
+    assert f.__name__ == "f" and not f(x).requires_grad and gj.is_grad_enabled()
+    with gj.no_grad():
+        assert g(x).requires_grad and not gj.is_grad_enabled()
+    assert not h(x).requires_grad and gj.is_grad_enabled()
+    with pytest.raises(TypeError, match="takes no mode argument"):
+        gj.no_grad(False)
+
+    # each call enters its own context: a recursive call restored the outer call's mode
+    # from a shared one and left grad mode off for good
+    @gj.no_grad()
+    def down(n):
+        return down(n - 1) if n else gj.is_grad_enabled()
+
+    @gj.inference_mode()
+    def down_inf(n):
+        return down_inf(n - 1) if n else gj.is_grad_enabled()
+
+    assert down(3) is False and gj.is_grad_enabled()
+    assert down_inf(3) is False and gj.is_grad_enabled()
+
+
 def test_enable_grad_inside_no_grad(interpreted):
     x = leaf([1.0, 2.0])
     with gj.no_grad():
