@@ -333,6 +333,32 @@ def test_second_backward_that_needs_no_saved_values_runs_as_torchs(executor, def
         gj.set_deferred(prev)
 
 
+def test_assigning_grad_and_data_checks_as_torch(executor):
+    # x.grad = a tensor of another shape was stored (and broke or broadcast into the
+    # next accumulation); x.data = a gj tensor stored the Tensor as the data
+    x = leaf([1.0, 1.0, 1.0])
+    with pytest.raises(RuntimeError, match=r"attempting to assign a gradient of size '\[2\]' "
+                                           r"to a tensor of size '\[3\]'"):
+        x.grad = gj.ones(2)
+    with pytest.raises(RuntimeError, match="attempting to assign a gradient with dtype"):
+        x.grad = gj.tensor(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="assigned grad expected to be a Tensor or None but "
+                                        "got grad of type ndarray"):
+        x.grad = np.ones(3)
+    with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
+        x.grad = x
+    assert x.grad is None
+    x.grad = gj.tensor(np.array([1.0, 2.0, 3.0]))
+    (x * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [3.0, 4.0, 5.0])
+    x.data = gj.tensor(np.array([5.0, 6.0, 7.0]))
+    assert type(x.data) is np.ndarray and x.requires_grad and x.is_leaf
+    for _ in range(2):   # (the second step replays the first one's record)
+        x.grad = None
+        (x * x).sum().backward()
+        np.testing.assert_array_equal(x.grad.data, [10.0, 12.0, 14.0])   # torch 2.13
+
+
 def test_grad_also_frees_the_graph(interpreted):
     x = leaf([1.0, 2.0])
     y = (x.sin() * x).sum()
