@@ -69,13 +69,15 @@ def _seeds(outputs, grad_outputs, batched=False):
 
 
 def _accumulate(t, g):
+    # (``_grad``: the engine's gradients have the leaf's type; tracer/tensor_grad.py)
+    old = t._grad
     if isinstance(g, Tensor):
-        t.grad = g if t.grad is None else t.grad + g
+        t._grad = g if old is None else old + g
     else:
         if is_device_array(g):   # a fresh device array from the compiled backward: no copy
-            t.grad = Tensor(g) if t.grad is None else t.grad.detach() + Tensor(g)
+            t._grad = Tensor(g) if old is None else old.detach() + Tensor(g)
         else:
-            t.grad = Tensor(np.array(g)) if t.grad is None else accumulated(t.grad, g)
+            t._grad = Tensor(np.array(g)) if old is None else accumulated(old, g)
 
 
 _UNTRIED = object()   # backward's _fast_key: the fast path was not tried yet

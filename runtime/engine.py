@@ -36,6 +36,7 @@ from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.device import is_device_array
+from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.tensor import Tensor, compute_pending
 
 _PLANS = Bounded()   # history key -> Plan (runtime/memory.py: least recently used go)
@@ -184,6 +185,16 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused, fast_key=None):
     return wrt_tensors, _leaf_results(wrt_tensors, out, allow_unused, False), []
 
 
+def _check_not_freed(hist, plan):
+    """torch's rule for a second backward through a graph an earlier one freed: it fails
+    when it needs saved values (any array fed to the backward: the first one freed the
+    nodes' values, and torch frees saved leaves too; a custom Function's saved tensors);
+    one that reads none (y = (x + 1).sum()) runs and accumulates again."""
+    if (any(a[0] not in ("seed", "const") for a in plan.feeds)
+            or any(fn.ctx is not None for fn in hist.order)):
+        raise RuntimeError(FREED)
+
+
 def _leaf_results(wrt_tensors, out, allow_unused, create_graph, across=False):
     """Run leaf hooks on the gradients and refuse unused inputs (torch's message)."""
     for i, (t, g) in enumerate(zip(wrt_tensors, out)):
@@ -234,6 +245,8 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched, device)
     else:
         STATS["memory_hits"] += 1
+    if hist.freed:
+        _check_not_freed(hist, plan)
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
     if create_graph:
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"

@@ -258,7 +258,7 @@ def fast_backward(root):
         for slot in plain:
             i += 1
             t = leaves[slot]
-            t.grad = plain_tensor(res[i]) if t.grad is None else accumulated(t.grad, res[i])
+            t._grad = plain_tensor(res[i]) if t._grad is None else accumulated(t._grad, res[i])
     else:
         for slot, shared, dt in targets:
             i += 1
@@ -268,7 +268,7 @@ def fast_backward(root):
             elif shared:
                 g = np.array(g)
             t = leaves[slot]
-            t.grad = plain_tensor(g) if t.grad is None else accumulated(t.grad, g)
+            t._grad = plain_tensor(g) if t._grad is None else accumulated(t._grad, g)
     STATS["memory_hits"] += 1
     STATS["fast_steps"] += 1
     return True
@@ -358,8 +358,8 @@ def _take_factory(form):
             src.append(f"        g = asarray(g, D[{i}])")
         elif shared:
             src.append("        g = array(g)")
-        src.append(f"        l{slot}.grad = plain_tensor(g) if l{slot}.grad is None else "
-                   f"accumulated(l{slot}.grad, g)")
+        src.append(f"        l{slot}._grad = plain_tensor(g) if l{slot}._grad is None else "
+                   f"accumulated(l{slot}._grad, g)")
     src += ["        STATS['memory_hits'] += 1", "        STATS['fast_steps'] += 1",
             "        return True", "    return take"]
     scope = dict(_EPOCH=_EPOCH, _ANOMALY=_ANOMALY, _switches=_switches, getrefcount=getrefcount,

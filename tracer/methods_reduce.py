@@ -21,7 +21,10 @@ Contract
   ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
   zeroes NaNs with ``where`` first.
 - ``max(dim)`` / ``min(dim)`` return ``(values, indices)`` through the
-  ``max.dim`` / ``min.dim`` kernels (``tracer/ops_index.py``).
+  ``max.dim`` / ``min.dim`` kernels (``tracer/ops_index.py``); ``max(other)`` with a
+  tensor (``gj.max(x, other)``) is torch's elementwise ``maximum`` (ties split the
+  gradient half and half); any other non-int ``dim`` is a TypeError (NumPy's ``axis=``
+  keyword still takes several axes: ``amax``).
 """
 from __future__ import annotations
 
@@ -59,9 +62,18 @@ class ReduceMethods:
         return apply("amin.default", [self], {"dim": dims, "keepdim": bool(keepdim)})
 
     def _minmax(self, name, dim, keepdim, axis):
-        dim = dim if axis is None else axis
-        if dim is None or not isinstance(dim, numbers.Integral) or axis is not None:
-            return getattr(self, "a" + name)(() if dim is None else dim, keepdim)
+        if axis is not None:   # NumPy's keyword: one axis or several, values only
+            return getattr(self, "a" + name)(axis, keepdim)
+        if dim is None:
+            return getattr(self, "a" + name)((), keepdim)
+        if hasattr(dim, "_const"):   # torch.max(input, other): elementwise, not a dim
+            if keepdim:
+                raise TypeError(f"{name}(): keepdim is not an argument of {name}(input, "
+                                f"Tensor other), the elementwise {name}imum")
+            return getattr(self, name + "imum")(dim)
+        if not isinstance(dim, numbers.Integral):
+            raise TypeError(f"{name}(): argument 'dim' must be int or a Tensor (other), not "
+                            f"{type(dim).__name__} (several dims: a{name}(dim=...))")
         return _pair(self._minmax_dim(name, dim, keepdim))   # (methods_index.py)
 
     def max(self, dim=None, keepdim=False, *, axis=None, keepdims=None):

@@ -39,7 +39,20 @@ class ShapeMethods:
     def reshape_as(self, other): return self.reshape(other.shape)
     view_as = reshape_as
 
-    def flatten(self): return self.reshape(-1)
+    def flatten(self, start_dim=0, end_dim=-1):
+        """torch's ``flatten(start_dim, end_dim)``: dims start..end merged into one (a 0-d
+        tensor becomes shape (1,); nothing to merge returns ``self``)."""
+        if not self.ndim:
+            norm_dim(start_dim, 0, "flatten"), norm_dim(end_dim, 0, "flatten")
+            return self.reshape(1)
+        s, e = norm_dim(int(start_dim), self.ndim, "flatten"), norm_dim(int(end_dim), self.ndim,
+                                                                        "flatten")
+        if s > e:
+            raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        if s == e:
+            return self
+        n = int(np.prod(self.shape[s:e + 1]))
+        return self.reshape(self.shape[:s] + (n,) + self.shape[e + 1:])
 
     def permute(self, *dims, **kw):
         dims = sizes_arg("permute", dims, kw.pop("dims", None), kw)

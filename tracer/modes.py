@@ -1,7 +1,9 @@
 """Grad modes: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
 
 Contract: thread-local flags read by the eager front end when it decides
-whether to record an op. Each mode is a context manager and a decorator.
+whether to record an op. Each mode is a context manager and a decorator, with
+or without parentheses (``@no_grad``, ``@no_grad()``, as torch); each decorated
+call enters a fresh context, so recursion and threads restore the right mode.
 ``inference_mode`` also disables recording, and tensors created under it are
 marked as inference tensors (they can never join a recorded graph later).
 ``detect_anomaly`` / ``set_detect_anomaly`` (process-wide, as in torch) make
@@ -64,6 +66,11 @@ class _GradMode(contextlib.ContextDecorator):
         if mode is not None:
             self.mode = bool(mode)
 
+    def _recreate_cm(self):
+        # one context per call: a shared one kept the outer call's previous mode in
+        # ``prev``, so a recursive decorated function left grad mode off after it returned
+        return _GradMode(self.mode)
+
     def __enter__(self):
         self.prev = is_grad_enabled()
         _state.enabled = self.mode
@@ -74,12 +81,33 @@ class _GradMode(contextlib.ContextDecorator):
         return False
 
 
+def _bare(cls, func):
+    """``@cls`` without parentheses: ``func`` decorated (torch accepts this form; taken
+    for a mode argument, the function made a truthy mode and a wrong wrapper)."""
+    if not callable(func) or isinstance(func, bool):
+        raise TypeError(f"{cls.__name__}() takes no mode argument; use it as a context "
+                        f"manager or a decorator (got {func!r})")
+    return cls()(func)
+
+
 class no_grad(_GradMode):
     mode = False
+
+    def __new__(cls, orig_func=None):
+        return super().__new__(cls) if orig_func is None else _bare(cls, orig_func)
+
+    def __init__(self, orig_func=None):
+        pass
 
 
 class enable_grad(_GradMode):
     mode = True
+
+    def __new__(cls, orig_func=None):
+        return super().__new__(cls) if orig_func is None else _bare(cls, orig_func)
+
+    def __init__(self, orig_func=None):
+        pass
 
 
 def is_inference_mode_enabled():
@@ -87,8 +115,16 @@ def is_inference_mode_enabled():
 
 
 class inference_mode(contextlib.ContextDecorator):
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool) or not callable(mode):
+            return super().__new__(cls)
+        return cls()(mode)   # ``@inference_mode`` without parentheses (torch accepts it)
+
     def __init__(self, mode=True):
         self.mode = bool(mode)
+
+    def _recreate_cm(self):
+        return inference_mode(self.mode)   # (one context per call, as _GradMode's)
 
     def __enter__(self):
         self.prev = (is_grad_enabled(), is_inference_mode_enabled())

@@ -10,6 +10,8 @@ Contract
   addresses of tensors (``addr``: ``("in", i)`` for the i-th leaf met,
   ``("node", j, k)`` for output k of the j-th recorded op) and the arrays at
   those addresses (``array``, with freed-graph and in-place version checks).
+  A node an earlier backward freed does not stop the walk (``freed`` says one was met):
+  as in torch, a second backward fails only when it needs values that were freed.
 - ``History.graph()`` builds, on demand, the forward ``Graph`` with the same
   numbering: input i is leaf i, node j is op j. So a plan compiled from one
   step's graph is fed from any later step's History with an equal key.
@@ -70,6 +72,7 @@ class History:
                      if fn.hooks or fn.retains or fn.ctx is not None)
 
     taped = False   # built from the recording tape (``of``), not by a walk
+    freed = False   # the walk met a node an earlier backward freed (runtime/engine.py)
 
     def __init__(self, roots):
         # Device copies met on the way ({id(proxy leaf): copy's GradFn}): this graph ends at
@@ -83,8 +86,8 @@ class History:
             fn = stack.pop()
             if id(fn) in fns:
                 continue
-            if fn.freed:
-                raise RuntimeError(_FREED)
+            if fn.freed:   # a backward freed it: fine unless its values are needed (freed)
+                self.freed = True
             fns[id(fn)] = fn
             for e in fn.edges:
                 if isinstance(e, tuple) and e[0].boundary is not None:

@@ -45,6 +45,7 @@ from gradjit.tracer.registry import (LAST_USER_CODE as _LAST_USER_CODE, GradjitE
                                      get_op, is_user_code as _is_user_code, user_site,
                                      user_where)
 from gradjit.tracer.tensor_device import DeviceMethods
+from gradjit.tracer.tensor_grad import GradMethods
 from gradjit.tracer.tensor_inplace import InplaceMethods
 from gradjit.tracer import tensor_eager as _eager_mod
 from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
@@ -59,13 +60,13 @@ def _user_caller(skip):
         return True
 
 
-class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
-    __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_index", "_hooks", "_box",
+class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
+    __slots__ = ("_data", "_requires_grad", "_grad", "grad_fn", "_index", "_hooks", "_box",
                  "_inference", "_ty", "__weakref__")
 
     def __init__(self, data, requires_grad=False, grad_fn=None, index=0, box=None):
         self._data = data   # None while pending (tracer/deferred.py)
-        self.grad = None
+        self._grad = None
         self.grad_fn = grad_fn
         self._index = index
         self._requires_grad = False
@@ -94,7 +95,8 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
     @data.setter
     def data(self, value):
         tape.forget(self)   # (its type recorded at first use may no longer hold)
-        self._data = value
+        # torch's x.data = y takes y's array: a Tensor stored as the data broke every op
+        self._data = value.data if isinstance(value, Tensor) else value
 
     @property
     def shape(self):
@@ -314,7 +316,7 @@ class Tensor(EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):
             fn._site = None
         t = _NEW(Tensor)
         t._data = None
-        t.grad = None
+        t._grad = None
         t.grad_fn = fn
         t._index = 0
         t._requires_grad = True
@@ -345,7 +347,7 @@ def _recorded(data, fn):
     general constructor (a fifth of its cost): the recording and backward hot paths."""
     t = _NEW(Tensor)
     t._data = data
-    t.grad = None
+    t._grad = None
     t.grad_fn = fn
     t._index = 0
     t._requires_grad = fn is not None
@@ -367,7 +369,7 @@ def plain_tensor(data):
     costs more); tests/runtime/test_fast_backward.py checks all three."""
     t = _NEW(Tensor)
     t._data = data
-    t.grad = None
+    t._grad = None
     t.grad_fn = None
     t._index = 0
     t._requires_grad = False

@@ -6,6 +6,13 @@ Contract
   the recorded node; the version counter (``_box``) is bumped, so backward
   refuses values a later in-place op changed. Leaves that require grad refuse
   in-place ops while grad mode is on, as in torch.
+- ``copy_`` / ``fill_`` / ``zero_`` overwrite: with grad mode on and a tensor that
+  requires grad on either side they record ``where(True, src, self)``, so the old
+  history gets a zero gradient and ``src`` all of it (torch's CopyBackwards /
+  FillBackward); a constant that copies a tensor requiring grad starts requiring it.
+- ``retain_grad`` follows the tensor to its new version (``.grad`` is the gradient
+  w.r.t. the value after the last in-place op); hooks stay with the version they were
+  registered on, as torch's.
 - A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[..., None]``) is,
   in torch, a view: an in-place op on it changes ``y``. gradjit's tensor slices are
   copies, so such an op (and ``x[i] = v`` on it) raises, saying to assign into ``y``
@@ -79,6 +86,7 @@ class InplaceMethods:
         if fn is not None:
             fn.out_data[result._index] = self.data
             fn.versions[result._index] = (self._box, self._box[0])
+            _move_retain(self, fn, result._index)
             self.grad_fn, self._index, self._requires_grad = fn, result._index, True
         return self
 
@@ -95,38 +103,58 @@ class InplaceMethods:
         self._check_inplace("sub_")
         return self._inplace(self.sub(other, alpha=alpha))
 
-    def _original(self):
+    def _original(self, other):
         """The value before an in-place op, for ops whose backward reads it (mul, div,
-        pow): a recorded copy, as torch saves the original ``self`` for such ops."""
-        if is_grad_enabled() and self._requires_grad:
+        pow): a recorded copy, as torch saves the original ``self`` for such ops. A
+        constant multiplied by a tensor that requires grad is saved as a snapshot: the
+        write would otherwise change the saved value (a false version error)."""
+        if not is_grad_enabled():
+            return self
+        if self._requires_grad:
             return self + np.zeros((), self.dtype)
+        if getattr(other, "_requires_grad", False):
+            return _tensor_class()(self.data.copy())
         return self
 
     def mul_(self, other):
         self._check_inplace("mul_")
-        return self._inplace(self._original().mul(other))
+        return self._inplace(self._original(other).mul(other))
 
     def div_(self, other):
         self._check_inplace("div_")
-        return self._inplace(self._original().div(other))
+        return self._inplace(self._original(other).div(other))
 
     def pow_(self, exponent):
         self._check_inplace("pow_")
-        return self._inplace(self._original().pow(exponent))
+        return self._inplace(self._original(exponent).pow(exponent))
 
     def copy_(self, src):
         """Copy ``src`` (broadcast, cast) into this tensor; gradient flows to ``src`` only."""
         self._check_inplace("copy_")
         Tensor = _tensor_class()
         src = src if isinstance(src, Tensor) else Tensor(np.asarray(src))
-        return self._inplace(src.expand(self.shape).to(self.dtype))
+        return self._inplace(self._overwritten(src.expand(self.shape).to(self.dtype)))
 
     def zero_(self):
         return self.fill_(0)
 
     def fill_(self, value):
         self._check_inplace("fill_")
-        return self._inplace(_tensor_class()(np.full(self.shape, value, self.dtype)))
+        return self._inplace(self._overwritten(
+            _tensor_class()(np.full(self.shape, value, self.dtype))))
+
+    def _overwritten(self, new):
+        """``new`` as the result of an op that replaces this tensor's value. Recorded as
+        ``where(True, new, self)`` when either side requires grad: the old history then
+        gets a zero gradient instead of keeping its place in the graph (its recorded
+        value would stand in for ``new``), and ``new`` gets the whole gradient even when
+        it is a leaf (``expand`` / ``to`` of a leaf return the leaf, with no node)."""
+        if is_grad_enabled() and (self._requires_grad or new._requires_grad):
+            from gradjit.tracer.api import where
+            if is_device_array(self.data) and not is_device_array(new.data):
+                new = new.to(device="cuda")   # (differentiable; ops never mix devices)
+            return where(_tensor_class()(np.ones((), np.bool_)), new, self)
+        return new
 
     def __setitem__(self, index, value):
         """``x[index] = value`` with NumPy's index rules (ints, slices, None, Ellipsis,
@@ -164,6 +192,17 @@ class InplaceMethods:
     __imul__ = mul_
     __itruediv__ = div_
 
+
+def _move_retain(t, fn, index):
+    """``t.retain_grad()`` asked on its old version now asks on the new one (``fn``'s
+    output ``index``), as torch's retains_grad follows the tensor."""
+    old = t.grad_fn
+    if old is None or not old.retains or old.retains.get(t._index, lambda: None)() is not t:
+        return
+    ref = old.retains.pop(t._index)
+    table = fn.retains = fn.retains or {}
+    table[index] = ref
+    tape.mark_special(fn)
 
 
 def _concrete_index(index, Tensor):

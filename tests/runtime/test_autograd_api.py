@@ -304,6 +304,61 @@ def test_second_backward_without_retain_graph_raises(interpreted):
         A.grad(y, x)
 
 
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "eager"])
+def test_second_backward_that_needs_no_saved_values_runs_as_torchs(executor, deferred):
+    # torch fails a second backward only when it needs saved tensors the first freed
+    # (leaves a node saved included); gradjit refused every freed graph
+    prev = gj.set_deferred(deferred)
+    try:
+        for _ in range(2):   # the second step replays the first one's record
+            x = leaf([1.0, 2.0])
+            y = (x + 1).sum()
+            y.backward()
+            y.backward()
+            np.testing.assert_array_equal(x.grad.data, [2.0, 2.0])
+            (g,) = A.grad(y, x)
+            np.testing.assert_array_equal(g.data, [1.0, 1.0])
+            z = y * 2.0               # new ops on top of the freed graph
+            z.backward()
+            np.testing.assert_array_equal(x.grad.data, [4.0, 4.0])
+            for saving in (lambda: (x * x).sum(), lambda: x.exp().sum(),
+                           lambda: (x * gj.tensor(np.array([1.0, 2.0]))).sum()):
+                y = saving()
+                y.backward()
+                with pytest.raises(RuntimeError, match=FREED):
+                    y.backward()
+                with pytest.raises(RuntimeError, match=FREED):
+                    (y * 3.0).backward()
+    finally:
+        gj.set_deferred(prev)
+
+
+def test_assigning_grad_and_data_checks_as_torch(executor):
+    # x.grad = a tensor of another shape was stored (and broke or broadcast into the
+    # next accumulation); x.data = a gj tensor stored the Tensor as the data
+    x = leaf([1.0, 1.0, 1.0])
+    with pytest.raises(RuntimeError, match=r"attempting to assign a gradient of size '\[2\]' "
+                                           r"to a tensor of size '\[3\]'"):
+        x.grad = gj.ones(2)
+    with pytest.raises(RuntimeError, match="attempting to assign a gradient with dtype"):
+        x.grad = gj.tensor(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="assigned grad expected to be a Tensor or None but "
+                                        "got grad of type ndarray"):
+        x.grad = np.ones(3)
+    with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
+        x.grad = x
+    assert x.grad is None
+    x.grad = gj.tensor(np.array([1.0, 2.0, 3.0]))
+    (x * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [3.0, 4.0, 5.0])
+    x.data = gj.tensor(np.array([5.0, 6.0, 7.0]))
+    assert type(x.data) is np.ndarray and x.requires_grad and x.is_leaf
+    for _ in range(2):   # (the second step replays the first one's record)
+        x.grad = None
+        (x * x).sum().backward()
+        np.testing.assert_array_equal(x.grad.data, [10.0, 12.0, 14.0])   # torch 2.13
+
+
 def test_grad_also_frees_the_graph(interpreted):
     x = leaf([1.0, 2.0])
     y = (x.sin() * x).sum()
@@ -442,6 +497,44 @@ def test_no_grad_context_and_decorator(interpreted):
     assert not f(x).requires_grad
     assert gj.is_grad_enabled()
     assert A.no_grad is gj.no_grad
+
+
+def test_grad_modes_decorate_without_parentheses_and_recursion_restores_the_mode():
+    # torch accepts @no_grad / @enable_grad / @inference_mode: gradjit took the function
+    # for a mode argument and returned a wrong wrapper (f(x) gave a function back)
+    x = leaf([1.0, 2.0])
+
+    @gj.no_grad
+    def f(t):
+        return t * 2
+
+    @gj.enable_grad
+    def g(t):
+        return t * 3
+
+    @gj.inference_mode
+    def h(t):
+        return t * 4
+
+    assert f.__name__ == "f" and not f(x).requires_grad and gj.is_grad_enabled()
+    with gj.no_grad():
+        assert g(x).requires_grad and not gj.is_grad_enabled()
+    assert not h(x).requires_grad and gj.is_grad_enabled()
+    with pytest.raises(TypeError, match="takes no mode argument"):
+        gj.no_grad(False)
+
+    # each call enters its own context: a recursive call restored the outer call's mode
+    # from a shared one and left grad mode off for good
+    @gj.no_grad()
+    def down(n):
+        return down(n - 1) if n else gj.is_grad_enabled()
+
+    @gj.inference_mode()
+    def down_inf(n):
+        return down_inf(n - 1) if n else gj.is_grad_enabled()
+
+    assert down(3) is False and gj.is_grad_enabled()
+    assert down_inf(3) is False and gj.is_grad_enabled()
 
 
 def test_enable_grad_inside_no_grad(interpreted):

@@ -123,3 +123,16 @@ def test_edges_in_one_compiled_gradient():
                      1 + 1 + 1 + 1.0 + 0.5 + 0.5,
                      1 + 1 + 1 + 2.0 + 0.5 / np.sqrt(0.5)])
     _eq(g, want)
+
+
+def test_flatten_takes_torchs_start_and_end_dims():
+    # x.flatten(1) (CNN features) raised TypeError: flatten took no arguments
+    y = gj.tensor(np.arange(24.0).reshape(2, 3, 4))
+    assert y.flatten(1).shape == (2, 12) and gj.flatten(y, 1).shape == (2, 12)
+    assert y.flatten(0, -2).shape == (6, 4) and y.flatten().shape == (24,)
+    assert y.flatten(1, 1) is y                       # nothing merged: the input (torch)
+    assert gj.tensor(3.0).flatten().shape == (1,)     # 0-d: shape (1,) as torch
+    with pytest.raises(RuntimeError, match="start_dim cannot come after end_dim"):
+        y.flatten(2, 1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        y.flatten(3)

@@ -172,3 +172,27 @@ def test_tensor_std_of_a_constant_slice_has_gradient_zero_as_torch():
     one = gj.tensor(np.array([3.0]), requires_grad=True)
     one.std(unbiased=False).backward()
     np.testing.assert_array_equal(one.grad.data, [0.0])
+
+
+def test_max_and_min_of_a_tensor_other_are_elementwise_as_torchs(executor):
+    # torch.max(x, other) / x.min(other) are maximum / minimum (ties: half and half);
+    # gradjit took the tensor for a dim and returned the overall max (a scalar)
+    a = np.array([[-1.0, 5.0, 2.0], [4.0, -3.0, 0.5]])
+    b = gj.tensor(np.array([1.0, 5.0, 1.0]))
+    x = gj.tensor(a, requires_grad=True)
+    m = gj.max(x, b)
+    np.testing.assert_array_equal(m.data, [[1.0, 5.0, 2.0], [4.0, 5.0, 1.0]])   # torch 2.13
+    np.testing.assert_array_equal(x.min(b).data, [[-1.0, 5.0, 1.0], [1.0, -3.0, 0.5]])
+    np.testing.assert_array_equal(x.max(gj.tensor(0.0)).data, np.maximum(a, 0.0))
+    (m.sum() + gj.min(x, b).sum()).backward()
+    np.testing.assert_array_equal(x.grad.data, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    x.grad = None
+    m = gj.max(x, b)
+    m.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[0.0, 0.5, 1.0], [1.0, 0.0, 0.0]])
+    for dim in (1.5, (0, 1), "1"):
+        with pytest.raises(TypeError, match="argument 'dim' must be int or a Tensor"):
+            x.max(dim)
+    with pytest.raises(TypeError, match="keepdim is not an argument"):
+        x.min(b, True)
+    np.testing.assert_array_equal(x.max(axis=(0, 1)).data, 5.0)   # NumPy's keyword: amax

@@ -1,0 +1,50 @@
+"""``Tensor.grad`` as a checked attribute (mixed into ``Tensor``, tracer/tensor.py).
+
+Contract
+- Reading ``t.grad`` gives the stored gradient (a Tensor, or None).
+- Assigning it checks as torch does, with torch's messages: None or a Tensor
+  (TypeError otherwise), not the tensor itself, of the tensor's shape and dtype,
+  on its device. A gradient of another shape used to be stored and to break (or
+  silently broadcast into) the next accumulation.
+- gradjit's own writers (the backward engines: runtime/autograd.py,
+  runtime/fast_backward.py, and the constructors) store ``_grad`` directly: their
+  gradients have the tensor's type by construction, and they run once per leaf of
+  every step.
+"""
+from __future__ import annotations
+
+from gradjit.tracer.device import is_device_array
+
+
+class GradMethods:
+    """Mixed into Tensor (which holds the ``_grad`` slot)."""
+
+    __slots__ = ()
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, g):
+        if g is not None:
+            _check_grad(self, g)
+        self._grad = g
+
+
+def _check_grad(t, g):
+    if not isinstance(g, GradMethods):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                        f"{type(g).__name__}")
+    if g is t:
+        raise RuntimeError("can't assign Variable as its own grad")
+    if is_device_array(g.data) != is_device_array(t.data):
+        raise RuntimeError("assigned grad has data located on a different device")
+    if g.dtype != t.dtype:
+        raise RuntimeError(f"attempting to assign a gradient with dtype '{g.dtype.name}' to a "
+                           f"tensor with dtype '{t.dtype.name}'. The gradient must match the "
+                           f"tensor's dtype")
+    if tuple(g.shape) != tuple(t.shape):
+        raise RuntimeError(f"attempting to assign a gradient of size '{list(g.shape)}' to a "
+                           f"tensor of size '{list(t.shape)}'. Please ensure that the gradient "
+                           f"and the tensor are the same size")
