@@ -51,6 +51,10 @@ _LOG = logging.getLogger("gradjit")
 RETRACE_WARN = 8   # traces again for changed outside values before the log says it louder
 
 
+def _contiguous(c):
+    return not isinstance(c, np.ndarray) or c.flags.c_contiguous
+
+
 def _holds(entry, transform=None):
     """Whether what the entry's trace read from outside still holds (runtime/guards.py);
     when not, and ``transform`` is given, it is logged and counted."""
@@ -175,6 +179,7 @@ class _Transformed:
         direct = exe.plain_out and self._identity_unpack(tree)
         unpack = None if direct else (
             lambda res: self._unpack(tree, res if exe.plain_out else exe.finish(res)))
+        consts = tuple(c if _contiguous(c) else np.ascontiguousarray(c) for c in consts)
         return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack, guard
 
     def _identity_unpack(self, tree):
@@ -227,7 +232,9 @@ class _Transformed:
         updates = hidden_updates(g, arg_values)
         consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
         # (after the trace: what it read from outside, checked before each later call)
-        guard = guards_for(self.fn, statics, consts)
+        # (a constant NumPy made non-contiguous, Wt.T, goes to the hot path as a copy made
+        # once: the arrays behind it are then compared at each call, not read live)
+        guard = guards_for(self.fn, statics, [c for c in consts if _contiguous(c)])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
         if self.device == "cuda":

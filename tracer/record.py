@@ -18,10 +18,13 @@ Contract
 """
 from __future__ import annotations
 
+import numpy as np
+
 from gradjit.tracer.gradfn import FREED as _FREED
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.tape import fn_key as _fn_key, peek, ref_of, take
 from gradjit.tracer.tensor import Tensor
+from gradjit.tracer.tracer_setitem import VIEW_OPS as _VIEW_OPS
 
 
 
@@ -150,6 +153,8 @@ class History:
         if fn.out_data is None:
             raise RuntimeError(_FREED)
         box, version = fn.versions[i]
+        if box[0] == version and fn.op in _VIEW_OPS:
+            box, version = _base_version(fn, i) or (box, version)
         if box[0] != version:
             dt, shape = fn.out_types[i][1], fn.out_types[i][0]
             raise RuntimeError(
@@ -200,6 +205,26 @@ class History:
                        fn.out_types, fn.site)
         g.outputs = [value_at(g, a) for a in self.roots]
         return g
+
+
+def _base_version(fn, i):
+    """(version box, version) of the base of view output ``i`` of ``fn`` when an in-place
+    op changed that base since (its memory is the view's: torch's views share their base's
+    version counter), else None. A result NumPy copied (a reshape of a transposed array)
+    shares no memory with its base and is not a view of it."""
+    e, out = fn.edges[0], fn.out_data[i]
+    if isinstance(e, tuple):
+        base_fn, k = e
+        if base_fn.out_data is None or not np.may_share_memory(out, base_fn.out_data[k]):
+            return None
+        box, version = base_fn.versions[k]
+        if box[0] != version:
+            return box, version
+        return _base_version(base_fn, k) if base_fn.op in _VIEW_OPS else None
+    version = fn.in_versions[0]
+    if version is None or e._data is None or not np.may_share_memory(out, e._data):
+        return None
+    return (e._box, version) if e._box[0] != version else None
 
 
 def _last_stale_use(order, t):

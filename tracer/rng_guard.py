@@ -123,7 +123,10 @@ def _state(gen):
 def _generators(objs):
     out = []
     for x in objs:
-        x = getattr(x, "rng", x)   # a gj.Generator wraps an np.random.Generator
+        try:
+            x = getattr(x, "rng", x)   # a gj.Generator wraps an np.random.Generator
+        except Exception:   # noqa: BLE001 (a __getattr__ raising KeyError: not one)
+            continue
         if isinstance(x, (np.random.Generator, np.random.RandomState)) and not any(
                 x is y for y in out):
             out.append(x)

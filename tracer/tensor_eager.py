@@ -23,9 +23,20 @@ from gradjit.tracer.gradfn import GradFn
 from gradjit.tracer.modes import is_grad_enabled
 from gradjit.tracer.registry import bind_attrs, get_op, user_site, user_where
 from gradjit.tracer.tensor_device import device_apply
+from gradjit.tracer.tracer_setitem import VIEW_OPS
 
 Tensor = None     # set by tracer/tensor.py
 recorded = None   # tracer/tensor.py's ``_recorded``
+
+
+def _unrecorded(op, out, inputs):
+    """A result with no history. A view of its input (NumPy shares the memory) shares the
+    input's version counter, as torch's views do: an in-place op on either is then seen by
+    a backward that saved the other."""
+    if op.name in VIEW_OPS and isinstance(out, np.ndarray) and inputs \
+            and np.may_share_memory(out, inputs[0]._data):
+        return Tensor(out, box=inputs[0]._box)
+    return Tensor(out)
 
 
 class EagerMethods:
@@ -53,7 +64,7 @@ class EagerMethods:
             record = record or t._requires_grad
             inference = inference or t._inference
         if not record or not is_grad_enabled():
-            return Tensor(out)
+            return _unrecorded(op, out, inputs)
         if inference:   # _finish raises torch's error
             return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
         fn = GradFn(op.name, attrs, [(t.grad_fn, t._index) if t.grad_fn is not None else t
@@ -75,7 +86,7 @@ class EagerMethods:
             record = record or t._requires_grad
             inference = inference or t._inference
         if not record or not is_grad_enabled():
-            return one([Tensor(o) for o in outs])
+            return one([Tensor(o) for o in outs]) if len(outs) != 1 else _unrecorded(op, outs[0], ts)
         if inference:
             raise RuntimeError("Inference tensors cannot be saved for backward. To work around you "
                                "can make a clone to get a normal tensor and use it in autograd.")

@@ -101,7 +101,16 @@ def _names_a_buffer(code, lasti):
 
 
 def function_of(x):
-    """The Python function behind a callable (a transform's, a partial's, a method's)."""
+    """The Python function behind a callable (a transform's, a partial's, a method's); None
+    when there is none, or when looking raises (an object whose ``__getattr__`` raises
+    KeyError for names it lacks)."""
+    try:
+        return _function_of(x)
+    except Exception:   # noqa: BLE001
+        return None
+
+
+def _function_of(x):
     for _ in range(8):
         if isinstance(x, types.FunctionType):
             return x

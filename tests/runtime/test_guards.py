@@ -175,3 +175,115 @@ def test_partial_arguments_are_read_again(executor):
     np.testing.assert_allclose(g(x), [2.0, 2.0, 2.0])
     w[:] = 3.0
     np.testing.assert_allclose(g(x), [6.0, 6.0, 6.0])
+
+
+class _Base:
+    scale = 2.0                       # a class attribute, read through self
+
+    def __init__(self):
+        self.bias = 1.0
+
+    def forward(self, x):
+        return x * self.scale + self.bias
+
+
+class _Child(_Base):
+    __slots__ = ()
+
+    def forward(self, x):             # reached through super()
+        return super().forward(x) * 2.0
+
+    @property
+    def doubled(self):                # reached through a property
+        return self.bias * 2.0
+
+
+class _Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self):
+        self.a = 1.0
+
+
+class _Layers:
+    def __init__(self):
+        self.l0, self.l1 = 1.0, 2.0
+
+    def __call__(self, x):            # attributes named at run time
+        for i in range(2):
+            x = x * getattr(self, f"l{i}")
+        return x.sum()
+
+
+def test_classes_properties_slots_and_names_built_at_run_time(executor):
+    import types
+    c, s, ns, net, x = _Child(), _Slotted(), types.SimpleNamespace(k=2.0), _Layers(), np.ones(3)
+    fwd = gj.jit(lambda x: c.forward(x).sum() + c.doubled)
+    slots = gj.jit(lambda x: (x * s.a * ns.k).sum())
+    run = gj.jit(net)
+    assert (fwd(x), slots(x), run(x)) == (20.0, 6.0, 6.0)
+    _Base.scale = 3.0                 # the class attribute
+    try:
+        assert fwd(x) == 26.0
+        c.bias = 10.0                 # an instance attribute read by super()'s code and a property
+        assert fwd(x) == 98.0
+    finally:
+        _Base.scale = 2.0
+    s.a, ns.k, net.l1 = 2.0, 3.0, 5.0
+    assert (slots(x), run(x)) == (18.0, 15.0)
+
+
+def test_modules_imported_in_the_body_and_big_or_reordered_containers(executor, tmp_path,
+                                                                     monkeypatch):
+    (tmp_path / "gj_guard_mod.py").write_text("K = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = [1.0] * 1000
+    order = {"a": 1.0, "b": 2.0}
+    zero = [0.0]
+
+    def f(x):
+        import gj_guard_mod
+        parts = np.stack([x * v for v in order.values()])
+        return (parts[0] * gj_guard_mod.K * table[999] * np.copysign(1.0, zero[0])).sum()
+
+    j, x = gj.jit(f), np.ones(3)
+    assert j(x) == 6.0
+    import gj_guard_mod
+    gj_guard_mod.K = 3.0
+    assert j(x) == 9.0
+    table[999] = 2.0
+    assert j(x) == 18.0
+    order["a"] = order.pop("a")       # the same items in another order
+    assert j(x) == 36.0
+    zero[0] = -0.0
+    assert j(x) == -36.0
+
+
+def test_unrelated_names_deep_structures_and_odd_objects(executor):
+    # a global named like an attribute the code reads (``T`` and ``W.T``) is no guard: no
+    # retrace when it changes; deep nesting and objects whose look-ups raise do not crash
+    global T
+    W = np.arange(9.0).reshape(3, 3)
+    deep = cur = []
+    for _ in range(3000):
+        cur.append([])
+        cur = cur[0]
+
+    class Odd:
+        def __getattr__(self, k):
+            return {"scale": 2.0}[k]
+
+    odd = Odd()
+    g, x = gj.grad(lambda x: x @ W.T @ x + 0 * len(deep) + (x * odd.scale).sum()), np.ones(3)
+    np.testing.assert_allclose(g(x), (W + W.T) @ x + 2.0)
+    before = _retraces()
+    T = np.zeros(3)
+    for k in range(3):
+        T = T + 1.0
+        g(x)
+    assert _retraces() == before
+    W[0, 1] = 5.0                    # W.T is a constant made contiguous once: W is compared
+    np.testing.assert_allclose(g(x), (W + W.T) @ x + 2.0)
+
+
+T = None

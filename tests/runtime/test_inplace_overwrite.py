@@ -168,3 +168,35 @@ def test_inplace_op_on_a_constant_saves_its_old_value(program, loss, xg, executo
     out.backward()
     assert np.isclose(float(out), loss)
     np.testing.assert_allclose(x.grad.data, xg)
+
+
+@pytest.mark.parametrize("view", [lambda h: h.reshape(-1), lambda h: h.T, lambda h: h.unsqueeze(0)],
+                         ids=["reshape", "T", "unsqueeze"])
+def test_an_in_place_op_on_the_base_of_a_saved_view_raises(view, deferred):
+    # a view shares its base's memory (and, in torch, its version counter): saved, then
+    # its base changed in place, backward read the changed values (a silently wrong
+    # gradient); torch raises, and so does gradjit now, for results and for constants
+    V = np.arange(1.0, 7.0).reshape(2, 3)
+    x = gj.tensor(V, requires_grad=True)
+    h = x * 2
+    r = view(h)
+    y = (r * r).sum()
+    h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    w = gj.tensor(V.copy())
+    y = (view(w) * view(x)).sum() * 1.0
+    w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_a_reshape_numpy_copies_is_no_view(deferred):
+    # h.T.reshape(-1) is a copy (NumPy's and torch's): h's in-place op does not touch it
+    x = gj.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    h = x * 2
+    r = h.T.reshape(-1)
+    y = (r * r).sum()
+    h.add_(1.0)
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, 8 * x.data)
