@@ -8,6 +8,8 @@ Two ways in, one pipeline (tracer -> lowering -> runtime):
 
 This package is the public facade only: re-exports, no logic.
 """
+import numpy as _np
+
 from gradjit import autograd
 from gradjit.runtime.compiler import cache_dir, reset_stats, stats
 from gradjit.runtime.explain import explain
@@ -47,6 +49,15 @@ _hooks.install(backward=_engine.tensor_backward, cuda=_cuda,
 # torch-style functions (gj.add, gj.atan2, gj.logsumexp, gj.einsum ...) where gradjit has no
 # name of its own (gj.where, gj.stack ... stay as they are)
 globals().update({k: v for k, v in _FUNCTIONS.items() if k not in globals()})
+
+# torch's dtype names (gj.float32, gj.long ...): NumPy's dtypes, which tensors use
+float16 = half = _np.float16
+float32 = float = _np.float32
+float64 = double = _np.float64
+int8, int16, uint8 = _np.int8, _np.int16, _np.uint8
+int32 = int = _np.int32
+int64 = long = _np.int64
+bool = _np.bool_  # noqa: A001 (torch.bool)
 
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",

@@ -172,6 +172,11 @@ def matmul(a, b):
     return out.reshape(shape)
 
 
+_TYPE_NAMES = {"float16": "HalfTensor", "float32": "FloatTensor", "float64": "DoubleTensor",
+               "int8": "CharTensor", "uint8": "ByteTensor", "int16": "ShortTensor",
+               "int32": "IntTensor", "int64": "LongTensor", "bool": "BoolTensor"}
+
+
 class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMethods,
                LinalgMethods, CreationMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
@@ -265,6 +270,30 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     astype = to
     def float(self): return self.to(np.float32)
     def double(self): return self.to(np.float64)
+    def half(self): return self.to(np.float16)
+    def long(self): return self.to(np.int64)
+    def int(self): return self.to(np.int32)
+    def bool(self): return self.to(np.bool_)
+
+    def type(self, dtype=None):
+        """torch's ``x.type()`` (the type's name) and ``x.type(dtype)`` (``x.to(dtype)``)."""
+        if dtype is None:
+            return f"gradjit.{_TYPE_NAMES.get(np.dtype(self.dtype).name, 'Tensor')}"
+        return self.to(dtype)
+
+    def argmax(self, dim=None, keepdim=False):
+        """torch's: the index of the largest value (of the flattened tensor when ``dim`` is
+        None), an int64 tensor without gradient."""
+        return self._arg_extreme("max", dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return self._arg_extreme("min", dim, keepdim)
+
+    def _arg_extreme(self, kind, dim, keepdim):
+        if dim is None:
+            i = self.reshape(-1)._minmax_dim(kind, 0, False)[1]
+            return i.reshape((1,) * self.ndim) if keepdim else i
+        return self._minmax_dim(kind, dim, keepdim)[1]
 
     # -- reductions ------------------------------------------------------------------
     # The usual full reduction (``x.sum()``, a loss) calls _apply itself: no checks to
@@ -280,8 +309,10 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
         return apply(overload, [self], {"dim": dims, "keepdim": bool(keepdim)})
 
     # (``axis=`` / ``keepdims=``: NumPy's spellings, accepted as torch accepts ``axis``)
-    def sum(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    def sum(self, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
         keepdim = keepdim if keepdims is None else keepdims
+        if dtype is not None:   # (torch: the input is cast first)
+            return self.to(dtype).sum(dim, keepdim, axis=axis)
         if dim is None and axis is None and not keepdim:
             return self._apply("sum.default", [self], {})
         return self._reduce("sum", dim if axis is None else axis, keepdim)

@@ -143,6 +143,12 @@ class InplaceMethods:
         return self._inplace(self._overwritten(
             _tensor_class()(np.full(self.shape, value, self.dtype))))
 
+    def detach_(self):
+        """Make this tensor a leaf that does not require grad, keeping its values (torch's)."""
+        self.data   # (a deferred value: computed first)
+        self.grad_fn, self._index, self._requires_grad = None, 0, False
+        return self
+
     def _overwritten(self, new):
         """``new`` as the result of an op that replaces this tensor's value. Recorded as
         ``where(True, new, self)`` when either side requires grad: the old history then
@@ -193,6 +199,24 @@ class InplaceMethods:
     __itruediv__ = div_
 
 
+def _unary_inplace(name):
+    """``x.<name>_(...)``: ``x.<name>(...)`` written into ``x`` (torch's in-place variant),
+    computed from a recorded copy of ``x`` when it requires grad (the backward of some of
+    these reads the input, which the write replaces)."""
+    def method(self, *args, **kwargs):
+        self._check_inplace(f"{name}_")
+        src = self + np.zeros((), self.dtype) if is_grad_enabled() and self._requires_grad \
+            else self
+        return self._inplace(getattr(src, name)(*args, **kwargs))
+    method.__name__ = method.__qualname__ = f"{name}_"
+    return method
+
+
+_UNARY_INPLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
+                  "neg", "abs", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc",
+                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign")
+
+
 def _move_retain(t, fn, index):
     """``t.retain_grad()`` asked on its old version now asks on the new one (``fn``'s
     output ``index``), as torch's retains_grad follows the tensor."""
@@ -209,3 +233,7 @@ def _concrete_index(index, Tensor):
     def one(i):
         return i.data if isinstance(i, Tensor) else i
     return tuple(one(i) for i in index) if isinstance(index, tuple) else one(index)
+
+
+for _name in _UNARY_INPLACE:   # (only where the out-of-place method exists)
+    setattr(InplaceMethods, f"{_name}_", _unary_inplace(_name))

@@ -17,7 +17,8 @@ from gradjit.tracer.einsum import einsum
 # Methods that are not torch module functions (conversions, constructors, shape queries).
 _NOT_FUNCTIONS = {"to", "type_as", "astype", "float", "double", "view", "view_as", "reshape_as",
                   "expand_as", "contiguous", "size", "dim", "expand", "new_empty", "new_full",
-                  "new_ones", "new_tensor", "new_zeros", "index_put"}
+                  "new_ones", "new_tensor", "new_zeros", "index_put", "half", "long", "int",
+                  "bool", "type"}   # (torch.half, torch.long ... are dtypes: gradjit/__init__)
 
 
 def _function(name):
