@@ -131,6 +131,10 @@ def _coercer(orig):
         if kwargs.pop("order", None) not in (None, "K", "A", "C"):
             raise GradjitError(f"{name}(..., order='F') is not supported for traced values")
         copy = kwargs.pop("copy", orig is _ORIGINAL_ARRAY)   # np.array copies by default
+        if copy is np._CopyMode.IF_NEEDED or copy is np._CopyMode.NEVER:   # (SciPy's spelling
+            copy = False                                                # of None / False)
+        elif copy is np._CopyMode.ALWAYS:
+            copy = True
         for key in ("subok", "like", "device"):
             kwargs.pop(key, None)
         if kwargs:

@@ -94,12 +94,40 @@ def _at(ufunc, a, index, b, what):
                 "cannot be stored in one (make it inside the traced function, e.g. np.zeros)")
     parts = index if isinstance(index, tuple) else (index,)
     if any(isinstance(p, ArrayOps) for p in parts):
-        _refuse(what, " with traced indices")
-    pos = np.arange(int(np.prod(a.shape)), dtype=np.int64).reshape(a.shape)[index]
+        pos = _traced_positions(a, parts, what)
+    else:
+        pos = np.arange(int(np.prod(a.shape)), dtype=np.int64).reshape(a.shape)[index]
     vals = _traced(b, a).to(a.dtype).expand(np.shape(pos))
     if ufunc is np.subtract:
         vals = -vals
-    added = apply("index_add.default", [a.reshape(-1), a._const(np.asarray(pos).reshape(-1)),
-                                        vals.reshape(-1)], {"dim": 0}).reshape(a.shape)
+    pos = pos.reshape(-1) if isinstance(pos, ArrayOps) else a._const(np.asarray(pos).reshape(-1))
+    added = apply("index_add.default", [a.reshape(-1), pos, vals.reshape(-1)],
+                  {"dim": 0}).reshape(a.shape)
     a[...] = added
     return None
+
+
+def _traced_positions(a, parts, what):
+    """Flat positions in ``a`` of ``a[parts]`` (integer arrays, some traced, for the leading
+    axes; the trailing axes whole), as traced int64 values: negative indices count from the
+    end, out-of-range ones raise when the code runs (index_add checks them)."""
+    if len(parts) > a.ndim or not all(
+            isinstance(p, (int, np.integer)) or np.dtype(getattr(p, "dtype", "f")).kind in "iu"
+            for p in parts):
+        _refuse(what, " with traced indices beside slices or non-integer indices")
+    shape, k = tuple(a.shape), len(parts)
+    flat = None
+    for j, p in enumerate(parts):
+        p = _traced(p, a).to(np.int64)
+        p = _where(p < 0, p + shape[j], p)
+        term = p * int(np.prod(shape[j + 1:k], dtype=np.int64))
+        flat = term if flat is None else flat + term
+    trailing = int(np.prod(shape[k:], dtype=np.int64))
+    lead = tuple(flat.shape)
+    return (flat.reshape(lead + (1,) * (a.ndim - k)) * trailing
+            + a._const(np.arange(trailing, dtype=np.int64).reshape(shape[k:])))
+
+
+def _where(cond, x, y):
+    from gradjit.tracer.api import where
+    return where(cond, x, y)

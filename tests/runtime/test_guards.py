@@ -2,6 +2,7 @@
 (runtime/guards.py): a changed global, closure value, object attribute or container is
 never silently ignored; unchanged ones cost no new trace. Counters, never clocks."""
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -237,6 +238,7 @@ def test_modules_imported_in_the_body_and_big_or_reordered_containers(executor, 
                                                                      monkeypatch):
     (tmp_path / "gj_guard_mod.py").write_text("K = 2.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gj_guard_mod", raising=False)   # (fresh: K = 2.0)
     table = [1.0] * 1000
     order = {"a": 1.0, "b": 2.0}
     zero = [0.0]

@@ -95,3 +95,36 @@ _OUTSIDE = np.zeros(5)   # (made outside the traced function: a NumPy array ther
 def test_the_rest_is_refused_by_name(call, what):
     with pytest.raises(gj.GradjitError, match=what):
         gj.grad(lambda y: (call(y), y.sum())[1])(Y)
+
+
+def _assemble(v, rows, cols):
+    # finite-element style assembly with the connectivity passed as (traced) arguments
+    K = np.zeros((3, 3))
+    np.add.at(K, (rows, cols), v)
+    np.subtract.at(K, (cols, rows), 0.5 * v)
+    return (K ** 2).sum()
+
+
+def _rows_of(v, i):
+    K = np.zeros((4, 2))
+    np.add.at(K, i, v)   # (a 1-D index on the first axis: whole rows)
+    return (K * np.arange(8.0).reshape(4, 2)).sum()
+
+
+@pytest.mark.parametrize("f, args", [
+    (_assemble, (np.array([1.0, 2.0, 3.0]), np.array([0, 1, -1]), np.array([1, 1, 2]))),
+    (_rows_of, (np.ones((3, 2)), np.array([3, 0, 3]))),
+], ids=["pairs", "rows"])
+def test_at_with_traced_indices(f, args, executor):
+    # (refused before: connectivity passed as an argument is traced)
+    v, rest = args[0], args[1:]
+    val, g = gj.value_and_grad(f)(*args)
+    np.testing.assert_allclose(val, f(*args), rtol=1e-12)
+    np.testing.assert_allclose(g, _fd(lambda v: f(v, *rest), v), rtol=1e-6, atol=1e-7)
+
+
+def test_array_copy_modes_of_scipy():
+    # SciPy's array layer passes np._CopyMode members for copy=: taken as None / True
+    g = gj.grad(lambda x: np.array(x, copy=np._CopyMode.IF_NEEDED).sum()
+                + np.array(x, copy=np._CopyMode.ALWAYS).sum())(Y)
+    np.testing.assert_allclose(g, 2 * np.ones_like(Y))
