@@ -9,24 +9,31 @@ import math
 
 from gradjit.lowering.helpers import helper, restore_reduced_dims, scale_grad_by_count, where
 from gradjit.lowering.helpers_index import gather_backward
+from gradjit.tracer.methods_index import cat
 
 
 @helper
 def prod_backward(grad, self, result, dim, keepdim):
-    """d prod / d x_i = product of the others, exact with zeros: where no input
-    is zero it is result / x_i; where exactly one is, only that position gets
-    the product of the non-zeros; with two or more zeros every gradient is 0."""
-    dims = None if dim is None else (dim,)
-    g = grad if dims is None else restore_reduced_dims(grad, dims, keepdim)
-    zero = self == 0
-    nonzero = where(zero, 1, self)
-    if dims is None:
-        p, count = nonzero.prod(), zero.to(self.dtype).sum()
-    else:
-        p = nonzero.prod(dim, keepdim=True)
-        count = zero.to(self.dtype).sum(dims, keepdim=True)
-    others = where(zero, where(count == 1, p, 0), where(count == 0, p / nonzero, 0))
-    return g * others
+    """d prod / d x_i = product of the others: the product of the entries before i times
+    the product of those after it (exclusive cumulative products from both ends). No
+    division, so exact with zeros, and differentiable again: the second derivative at a
+    zero entry is the product of the remaining ones (a where-masked result / x_i had the
+    right value but a zero derivative there)."""
+    g = grad if dim is None else restore_reduced_dims(grad, (dim,), keepdim)
+    if self.ndim == 0:
+        return g
+    x, d = (self.reshape(-1), 0) if dim is None else (self, dim)
+    others = _exclusive_cumprod(x, d) * _exclusive_cumprod(x.flip(d), d).flip(d)
+    return g * (others.reshape(self.shape) if dim is None else others)
+
+
+def _exclusive_cumprod(x, d):
+    """prod_{k < i} x_k along ``d`` (1 at the first position)."""
+    n = x.shape[d]
+    if n <= 1:
+        return x * 0 + 1
+    one = x.narrow(d, 0, 1) * 0 + 1
+    return cat([one, x.narrow(d, 0, n - 1)], d).cumprod(d)
 
 
 @helper

@@ -158,7 +158,11 @@ def _types(vals):
 
 
 def _check_same(what, kind, got, want, tree_got, tree_want):
-    if tree_got != tree_want or got != want:
+    if tree_got != tree_want:   # (a tuple for an array, a list for a tuple ...)
+        raise GradjitError(f"{what}: {kind}: the structure differs; got "
+                           f"{pytree.describe(tree_got)} where {pytree.describe(tree_want)} "
+                           f"was expected", user_site())
+    if got != want:
         show = lambda ts: ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in ts)  # noqa: E731
         raise GradjitError(f"{what}: {kind} must keep its structure, shapes and dtypes; got "
                            f"({show(got)}) where ({show(want)}) was expected. Cast inside the "

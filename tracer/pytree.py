@@ -80,6 +80,21 @@ def unflatten(treedef, leaves):
 _END = object()
 
 
+def describe(t):
+    """A structure as text, ``*`` for each leaf: ``(*, [*, *])``, ``{'w': *}`` (for errors)."""
+    if t is _LEAF:
+        return "*"
+    kind = t[0]
+    if kind == "none":
+        return "None"
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {describe(s)}" for k, s in zip(t[1], t[2])) + "}"
+    if kind == "namedtuple":
+        return f"{t[1].__name__}(" + ", ".join(describe(s) for s in t[2]) + ")"
+    inner = ", ".join(describe(s) for s in t[1])
+    return f"({inner}{',' if len(t[1]) == 1 else ''})" if kind == "tuple" else f"[{inner}]"
+
+
 def _unflatten(t, it):
     if t is _LEAF:
         return next(it)

@@ -236,3 +236,13 @@ def test_a_strided_first_carry_is_copied_to_c_order_before_the_loop():
     with tiers.forced("sync"):
         np.testing.assert_allclose(gj.jit(f)(x), f(x), rtol=1e-13)
         np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
+
+
+def test_a_changed_structure_is_named_in_the_error(interpreted):
+    # (the message once showed the same leaf types twice: "got (float64[3]) where
+    # (float64[3]) was expected")
+    with pytest.raises(gj.GradjitError, match=r"gj.scan: the carry: the structure differs; "
+                                              r"got \(\*, \*\) where \* was expected"):
+        gj.jit(lambda x: gj.scan(lambda c, _: ((c, c), None), x, None, length=2)[0])(np.ones(3))
+    with pytest.raises(gj.GradjitError, match=r"got \[\*, \*\] where \(\*, \*\) was expected"):
+        gj.jit(lambda x: gj.cond(x.sum() > 0, lambda a: (a, a), lambda a: [a, a], x))(np.ones(3))

@@ -136,3 +136,20 @@ def test_flatten_takes_torchs_start_and_end_dims():
         y.flatten(2, 1)
     with pytest.raises(IndexError, match="Dimension out of range"):
         y.flatten(3)
+
+
+@pytest.mark.parametrize("x", [np.array([2.0, 0.0, 3.0]), np.array([0.0, 0.0, 3.0]),
+                               np.array([[2.0, 0.0], [0.5, 3.0]])], ids=["one-zero", "two", "2d"])
+def test_prod_second_derivative_at_zeros(x, executor):
+    # H[i, j] = the product of the entries but i and j; the backward once masked the
+    # gradient of the non-zero entries to a constant 0 where one input was zero, so the
+    # Hessian lost those rows (two zeros: all of it)
+    flat = x.reshape(-1)
+    want = np.array([[np.prod(np.delete(flat, [i, j])) if i != j else 0.0
+                      for j in range(flat.size)] for i in range(flat.size)])
+    np.testing.assert_allclose(gj.hessian(lambda v: np.prod(v))(x),
+                               want.reshape(x.shape + x.shape), atol=1e-12)
+    if x.ndim == 2:   # along an axis: each column's product
+        h = gj.hessian(lambda v: (np.prod(v, axis=0) * np.array([1.0, 2.0])).sum())(x)
+        np.testing.assert_allclose(h[:, 0, :, 1], 0.0)   # (columns do not meet)
+        np.testing.assert_allclose(h[1, 1, 0, 1], 1.0 * 2.0)
