@@ -201,6 +201,11 @@ def test_device_copies_are_differentiable():
     loss = (x.cuda() * 2.0).sum()
     loss.backward()
     np.testing.assert_allclose(x.grad.numpy(), 2.0)
+    loss.backward()   # (nothing saved is needed: a second backward runs, as torch's)
+    np.testing.assert_allclose(x.grad.numpy(), 4.0)
+    xc = x.cuda()
+    loss = (xc * xc).sum()   # (the product saves its operands: freed by the first backward)
+    loss.backward()
     with pytest.raises(RuntimeError, match="second time"):
         loss.backward()
 
