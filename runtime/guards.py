@@ -48,6 +48,7 @@ import types
 
 import numpy as np
 
+from gradjit.runtime.compiler import STATS
 from gradjit.tracer.user_code import foreign, function_of
 
 LIVE_CHECK_BYTES = 1 << 16   # (a compare of 64 KiB costs a few microseconds per call)
@@ -326,3 +327,26 @@ def guards_for(fn, statics, consts):
     reads the arrays ``consts`` at each call; None when there is nothing to check."""
     checks = _Walk([c for c in consts if isinstance(c, np.ndarray)]).run(fn, statics)
     return Guard(checks) if checks else None
+
+RETRACE_WARN = 8   # traces again for changed outside values before the log says it louder
+
+
+def contiguous(c):
+    """Whether a constant can go to the hot path as it is (compiled entries take C arrays)."""
+    return not isinstance(c, np.ndarray) or c.flags.c_contiguous
+
+
+def entry_holds(entry, transform=None):
+    """Whether what a transform entry's trace read from outside still holds (``entry[3]``
+    is its Guard or None); when not, and ``transform`` is given, it is logged and counted."""
+    guard = entry[3]
+    if guard is None or guard.holds():
+        return True
+    if transform is not None:
+        transform._retraced = n = getattr(transform, "_retraced", 0) + 1
+        (_LOG.warning if n == RETRACE_WARN else _LOG.info)(
+            "%s: %r, read from outside the function, changed since it was traced: traced "
+            "again%s", transform.__name__, guard.changed(),
+            f" ({n} times; pass values that change as arguments)" if n >= RETRACE_WARN else "")
+        STATS["guard_retraces"] += 1
+    return False

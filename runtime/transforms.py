@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 import sys
 import time
 import types
@@ -25,9 +24,8 @@ import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
 from gradjit.lowering.passes import optimize
-from gradjit.runtime.compiler import (STATS, Executable, PackedExecutable, compile_graph,
-                                      gc_paused)
-from gradjit.runtime.guards import guards_for
+from gradjit.runtime.compiler import Executable, PackedExecutable, compile_graph, gc_paused
+from gradjit.runtime.guards import contiguous, entry_holds, guards_for
 from gradjit.runtime.function import custom_rule
 from gradjit.runtime import njit_interop, tiers
 from gradjit.runtime.arguments import (Call, callable_name, constant_loss, first_tracer,
@@ -45,31 +43,6 @@ from gradjit.tracer.coercion import swapped, traced_numpy
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import StreamMovedError, reachable, rng_guard
 from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
-
-
-_LOG = logging.getLogger("gradjit")
-RETRACE_WARN = 8   # traces again for changed outside values before the log says it louder
-
-
-def _contiguous(c):
-    return not isinstance(c, np.ndarray) or c.flags.c_contiguous
-
-
-def _holds(entry, transform=None):
-    """Whether what the entry's trace read from outside still holds (runtime/guards.py);
-    when not, and ``transform`` is given, it is logged and counted."""
-    guard = entry[3]
-    if guard is None or guard.holds():
-        return True
-    if transform is not None:
-        transform._retraced = n = getattr(transform, "_retraced", 0) + 1
-        what = guard.changed()
-        (_LOG.warning if n == RETRACE_WARN else _LOG.info)(
-            "%s: %r, read from outside the function, changed since it was traced: traced "
-            "again%s", transform.__name__, what,
-            f" ({n} times; pass values that change as arguments)" if n >= RETRACE_WARN else "")
-        STATS["guard_retraces"] += 1
-    return False
 
 
 def _lookup(mod, qualname):
@@ -146,7 +119,7 @@ class _Transformed:
         """The executable these arguments' calls run now (None: not called with them yet)."""
         _, key, _ = pytree.split_args(args, kwargs, self.static, self.static_names, self.__name__)
         entry = self._compiled.get(key)
-        return None if entry is None or not _holds(entry) else entry[0]
+        return None if entry is None or not entry_holds(entry) else entry[0]
 
     def compile_for(self, *args, **kwargs):
         """Compile the signature of these example arguments (only their shapes, dtypes and
@@ -155,7 +128,7 @@ class _Transformed:
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
         entry = self._compiled.get(key)
-        if entry is None or not _holds(entry, self):
+        if entry is None or not entry_holds(entry, self):
             with gc_paused(), tiers.forced("sync"):
                 self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered:   # compiling in the background: wait for it
@@ -179,7 +152,7 @@ class _Transformed:
         direct = exe.plain_out and self._identity_unpack(tree)
         unpack = None if direct else (
             lambda res: self._unpack(tree, res if exe.plain_out else exe.finish(res)))
-        consts = tuple(c if _contiguous(c) else np.ascontiguousarray(c) for c in consts)
+        consts = tuple(c if contiguous(c) else np.ascontiguousarray(c) for c in consts)
         return exe.fast if packed else exe.fn, consts + (exe.consts,), unpack, guard
 
     def _identity_unpack(self, tree):
@@ -192,7 +165,7 @@ class _Transformed:
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)
         entry = self._compiled.get(key)
-        if entry is None or not _holds(entry, self):
+        if entry is None or not entry_holds(entry, self):
             with gc_paused():   # tracing, lowering and the compile: see compiler.gc_paused
                 entry = self._compiled[key] = self._build(traced, layout)
         elif entry[0].__class__ is tiers.Tiered and entry[0].ready is not None:
@@ -234,7 +207,7 @@ class _Transformed:
         # (after the trace: what it read from outside, checked before each later call)
         # (a constant NumPy made non-contiguous, Wt.T, goes to the hot path as a copy made
         # once: the arrays behind it are then compared at each call, not read live)
-        guard = guards_for(self.fn, statics, [c for c in consts if _contiguous(c)])
+        guard = guards_for(self.fn, statics, [c for c in consts if contiguous(c)])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
         if self.device == "cuda":

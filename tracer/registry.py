@@ -73,6 +73,15 @@ def is_user_code(code):
     return None if mine is None else False
 
 
+def user_caller(skip):
+    """Whether the frame ``skip`` above the function calling this one is the user's code
+    (not gradjit's): where a tensor's memory is handed out to be written (tracer/tensor.py)."""
+    try:
+        return not sys._getframe(skip + 1).f_code.co_filename.startswith(_OURS)
+    except ValueError:   # (called from C)
+        return True
+
+
 def _user_frame(skip):
     """The first frame outside gradjit, looking from ``skip`` frames above the function
     that calls this one (1: that function's caller)."""

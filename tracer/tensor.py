@@ -30,7 +30,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer import tape
-from gradjit.tracer.registry import _OURS, real_only
+from gradjit.tracer.registry import real_only, user_caller as _user_caller
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
 from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
@@ -49,15 +49,6 @@ from gradjit.tracer.tensor_grad import GradMethods
 from gradjit.tracer.tensor_inplace import InplaceMethods
 from gradjit.tracer import tensor_eager as _eager_mod
 from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
-
-
-def _user_caller(skip):
-    """Whether the frame ``skip`` above the function calling this one is the user's code
-    (not gradjit's): where a tensor's memory is handed out to be written."""
-    try:
-        return not _getframe(skip + 1).f_code.co_filename.startswith(_OURS)
-    except ValueError:   # (called from C)
-        return True
 
 
 class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps):

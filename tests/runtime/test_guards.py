@@ -128,7 +128,7 @@ def test_large_arrays_read_at_each_call_are_not_compared():
 
 
 def test_values_that_keep_changing_are_logged(caplog):
-    from gradjit.runtime.transforms import RETRACE_WARN
+    from gradjit.runtime.guards import RETRACE_WARN
     step = [0.0]
     f = gj.jit(lambda x: x * step[0])
     with caplog.at_level(logging.INFO, logger="gradjit"):
