@@ -49,6 +49,7 @@ import types
 import numpy as np
 
 from gradjit.runtime.compiler import STATS
+from gradjit.tracer import gensrc
 from gradjit.tracer.user_code import foreign, function_of
 
 LIVE_CHECK_BYTES = 1 << 16   # (a compare of 64 KiB costs a few microseconds per call)
@@ -87,22 +88,26 @@ def _same_array(a, snap):
 
 
 class Guard:
-    """The checks, made once, as one generated expression (``holds``: about 0.1 us a
-    check, where a loop over them took 0.3)."""
+    """The checks, made once, as one generated expression (``holds``: about 0.05 us a
+    check, where a loop over them took 0.3). At least one check (``guards_for``)."""
     __slots__ = ("checks", "holds")
 
     def __init__(self, checks):
         self.checks = checks
-        env = {"M": _MISSING, "same_value": _same_value, "same_array": _same_array,
-               "read": _read}
-        terms = []
+        terms, names, values = [], [], []
         for i, (kind, where, key, want) in enumerate(checks):
-            env[f"w{i}"], env[f"k{i}"], env[f"v{i}"] = where, key, want
+            names += [f"w{i}", f"k{i}", f"v{i}"]
+            values += [where, key, want]
             terms.append(_TERMS[kind](where, key, i))
-        src = "def holds():\n    try:\n        return (" + "\n                and ".join(
-            terms or ["True"]) + ")\n    except Exception:\n        return False\n"
-        exec(compile(src, "<gradjit guard>", "exec"), env)
-        self.holds = env["holds"]
+        # one module per shape of checks (loaded as all generated code is: tracer/gensrc.py);
+        # its factory closes over this guard's objects
+        src = ('"""gradjit generated: the checks of a transform\'s guard (runtime/guards.py)."""\n\n\n'
+               "def make(objects):\n"
+               f"    ({', '.join(names)}) = objects\n\n"
+               "    def holds():\n        try:\n            return (" +
+               "\n                    and ".join(terms or ["True"]) +
+               ")\n        except Exception:\n            return False\n    return holds\n")
+        self.holds = gensrc.load("guard", src, _HELPERS).make(tuple(values))
 
     def changed(self):
         """A description of the first check that fails (for the log), or None."""
@@ -350,3 +355,6 @@ def entry_holds(entry, transform=None):
             f" ({n} times; pass values that change as arguments)" if n >= RETRACE_WARN else "")
         STATS["guard_retraces"] += 1
     return False
+
+
+_HELPERS = {"M": _MISSING, "same_value": _same_value, "same_array": _same_array, "read": _read}
