@@ -72,17 +72,34 @@ def _reverse_cumsum(x, dim):
 
 @helper
 def cumprod_backward(grad, self, dim, result):
-    """d out_j / d x_i = prod_{k <= j, k != i} x_k, exact with zeros: before the first
-    zero of a slice it is out_j / x_i; at the first zero it is the cumprod of the slice
-    with that zero replaced by 1; after it, 0 (the first zero is in the product)."""
+    """d out_j / d x_i = prod_{k <= j, k != i} x_k, exact with zeros, and exact to second
+    order: before the first zero i0 of a slice it is out_j / x_i; at i0 it is the cumprod
+    of the slice with that zero replaced by 1 (y); after it, x_i0 times the same gradient
+    taken over y. That last value is 0, but written as x_i0 times something its derivative
+    with respect to x_i0 is the product of the others (a plain 0 lost it: Hessians at a
+    zero were wrong)."""
     if self.ndim == 0:
         return grad
-    zero = self == 0
-    nz = zero.to(self.dtype).cumsum(dim)
-    after = nz > 0                                   # at or after the first zero
-    first = where(zero, nz == 1, False)              # the first zero itself
-    before = _reverse_cumsum(grad * result, dim) / where(after, 1, self)
-    at_zero = where(after, grad * where(first, 1, self).cumprod(dim), 0).sum(dim, keepdim=True)
+    first, after, y = _first_zero(self, dim)
+    x0 = where(first, self, 0).sum(dim, keepdim=True)   # x_i0 itself (0), as a factor
+    later = x0 * _cumprod_grad(grad, y, dim, y.cumprod(dim), *_first_zero(y, dim))
+    return where(where(first, False, after), later,
+                 _cumprod_grad(grad, self, dim, result, first, after, y))
+
+
+def _first_zero(x, dim):
+    """(the first zero of each slice, positions at or after it, x with it replaced by 1)."""
+    zero = x == 0
+    nz = zero.to(x.dtype).cumsum(dim)
+    first = where(zero, nz == 1, False)
+    return first, nz > 0, where(first, 1, x)
+
+
+def _cumprod_grad(grad, x, dim, result, first, after, y):
+    """The gradient's value (first order): out_j / x_i before the first zero, the sum of
+    grad times the cumprod of y at it, 0 after it."""
+    before = _reverse_cumsum(grad * result, dim) / where(after, 1, x)
+    at_zero = where(after, grad * y.cumprod(dim), 0).sum(dim, keepdim=True)
     return where(after, where(first, at_zero, 0), before)
 
 

@@ -125,6 +125,25 @@ def test_edges_in_one_compiled_gradient():
     _eq(g, want)
 
 
+@pytest.mark.parametrize("x", [np.array([1.5, 0.0, 2.0, -1.0, 3.0]), np.array([0.0, 2.0, 0.0, 1.0, 3.0]),
+                               np.array([0.0, 0.0, 0.0, 1.0, 2.0])], ids=["one-zero", "two", "three"])
+def test_cumprod_second_derivative_at_zeros(x, executor):
+    # H[a, b] = sum_j w_j prod_{k <= j, k != a, b} x_k (a != b, both <= j). The backward once
+    # gave a constant 0 after a slice's first zero, so rows of the Hessian through it were lost
+    w = np.array([0.3, -1.2, 0.7, 2.0, 0.5])
+    n = x.size
+    want = np.array([[0.0 if a == b else sum(w[j] * np.prod(np.delete(x[:j + 1], [a, b]))
+                                              for j in range(max(a, b), n))
+                      for b in range(n)] for a in range(n)])
+    f = lambda v: (np.cumprod(v) * w).sum()
+    np.testing.assert_allclose(gj.hessian(f)(x), want, atol=1e-12)
+    if x[1] == 0:   # along an axis of a 2-D input: rows do not meet
+        X = np.stack([x, x[::-1]])
+        h = gj.hessian(lambda v: (np.cumprod(v, axis=1) * w).sum())(X)
+        np.testing.assert_allclose(h[0, :, 0, :], want, atol=1e-12)
+        np.testing.assert_allclose(h[0, :, 1, :], 0.0)
+
+
 def test_flatten_takes_torchs_start_and_end_dims():
     # x.flatten(1) (CNN features) raised TypeError: flatten took no arguments
     y = gj.tensor(np.arange(24.0).reshape(2, 3, 4))
