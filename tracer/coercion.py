@@ -83,9 +83,10 @@ def to_traced(x, like=None, dtype=None):
         return x if dtype is None else x.astype(dtype)
     ref = like if like is not None else _first_traced(x)
     leaves = _leaves(x)
+    # (a Python number in a list is not weak here: NumPy makes it an array first, so
+    # [float32 value, 1.0] is float64)
     dt = np.dtype(dtype) if dtype is not None else np.result_type(
-        *[v.dtype if isinstance(v, ArrayOps) else np.asarray(v) if not isinstance(
-            v, (int, float, complex, bool)) else v for v in leaves])
+        *[v.dtype if isinstance(v, ArrayOps) else np.asarray(v).dtype for v in leaves])
     out = _build(x, ref, dt)
     return out
 

@@ -75,7 +75,17 @@ def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     hi = np.minimum(lo + 1, n - 1)
     t = pos - lo
     below, above = A.index_select(s, ax, lo), A.index_select(s, ax, hi)
-    tt = like._const(t.astype(s.dtype).reshape((-1,) + (1,) * (s.ndim - ax - 1)))
+    # the result's dtype: NumPy's promotion with q as it uses it (a Python number is weak;
+    # a list or an array is not: float32 data with q=[10, 90] gives float64, as percentile
+    # divides the integers by 100; quantile's integer q promotes nothing)
+    qdt, weak = np.asarray(q).dtype, type(q) in (int, float, bool)
+    if name == "percentile" and not weak:
+        qdt = np.true_divide(np.ones(1, qdt), 100).dtype
+    dt = s.dtype if weak or qdt.kind not in "fc" else \
+        np.result_type(s.dtype, qdt)
+    if dt != s.dtype:
+        s, below, above = (A.to(v, dt) for v in (s, below, above))
+    tt = like._const(t.astype(dt).reshape((-1,) + (1,) * (s.ndim - ax - 1)))
     diff = A.sub(above, below)
     res = A.add(below, A.mul(diff, tt))   # NumPy's lerp (below the midpoint; equal up to rounding)
     res = A.movedim(res, ax, 0) if ax else res

@@ -268,3 +268,18 @@ def test_non_native_byte_order_arguments(executor):
     np.testing.assert_array_equal(got["a"], [3.0, 4.0])
     np.testing.assert_array_equal(gj.jit(lambda x, b: x * b)(xb, ib), xn * ib)
     np.testing.assert_array_equal(gj.jacrev(lambda x: x * 2)(xb), 2 * np.eye(2))
+
+
+def test_lists_and_quantile_q_promote_as_numpy(executor):
+    # np.array([float32 value, 1.0]) is float64 (NumPy makes the Python number an array
+    # first: not weak there) and np.percentile(float32, [10, 90]) too (q as an array); a
+    # Python-number q and quantile's integer q promote nothing
+    x = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    cases = [lambda x: np.array([x[0], 1.0]), lambda x: np.asarray([x[0], 2]),
+             lambda x: np.array([x[:2], [1.0, 2.0]]), lambda x: np.array([x[0], True]),
+             lambda x: np.percentile(x, [10, 90]), lambda x: np.quantile(x, np.array([0.5])),
+             lambda x: np.percentile(x, 50), lambda x: np.quantile(x, np.float64(0.5)),
+             lambda x: np.quantile(x, [0, 1])]
+    f = gj.jit(lambda x: tuple(c(x) for c in cases))
+    for got, c in zip(f(x), cases):
+        _same(got, np.asarray(c(x)), rtol=1e-6)
