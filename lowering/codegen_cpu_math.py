@@ -87,6 +87,11 @@ def math_expr(node, a, e):
     one = _lit(1, out)
     if op.endswith(".default") and base in _MATH:
         return f"{fast_fn(e, base, node) or _MATH[base]}({a[0]})"
+    if op == "fmod.Tensor" and out.kind != "f":
+        # C's remainder (the dividend's sign) from the floor one: they differ by the divisor
+        # when the operands' signs differ (Numba's integer np.fmod gives the floor one)
+        r = f"({a[0]} % {a[1]})"
+        return f"({r} - {a[1]} if ({r} != 0 and ({a[0]} < 0) != ({a[1]} < 0)) else {r})"
     if op in _BINARY:
         return _BINARY[op].format(*a)
     if op in _SPECIAL:

@@ -283,3 +283,19 @@ def test_lists_and_quantile_q_promote_as_numpy(executor):
     f = gj.jit(lambda x: tuple(c(x) for c in cases))
     for got, c in zip(f(x), cases):
         _same(got, np.asarray(c(x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [np.int64, np.int8, np.uint16])
+def test_integer_fmod_takes_the_dividends_sign(dt, executor):
+    # compiled code once used Numba's integer np.fmod, which gives the divisor's sign
+    # (np.fmod(-7, 2) was 1; NumPy, as C: -1); a divisor of 0 gives 0 as NumPy
+    a = np.array([-7, -3, 3, 7, -1, 0, 5, -8, 9])
+    b = np.array([2, 2, -2, -2, 3, 3, 0, -3, 4])
+    if np.dtype(dt).kind == "u":
+        a, b = np.abs(a), np.abs(b)
+    a, b = a.astype(dt), b.astype(dt)
+    with np.errstate(divide="ignore"):
+        want = np.fmod(a, b), np.fmod(a, dt(3))
+        got = gj.jit(lambda a, b: (np.fmod(a, b), np.fmod(a, dt(3))))(a, b)
+    for g, w in zip(got, want):
+        _same(g, w)
