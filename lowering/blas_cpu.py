@@ -82,6 +82,8 @@ def gemm_into(out, a, b):
 
 @overload(gemm_into, jit_options={"error_model": "numpy"})
 def _gemm_into(out, a, b):
+    if not isinstance(a.dtype, numba.types.Float):   # integers, bools: no BLAS (NumPy's
+        return _loop_product                          # own loop; ints wrap, bools OR)
     ensure_blas()
     fn = _BLAS().numba_xxgemm(a.dtype)
     kind = ord(get_blas_kind(a.dtype))
@@ -104,6 +106,18 @@ def _gemm_into(out, a, b):
         fn(kind, tb, ta, n, m, k, one.ctypes, b.ctypes, ldb, a.ctypes, lda,
            zero.ctypes, out.ctypes, ldc)
     return impl
+
+
+def _loop_product(out, a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    for i in range(m):
+        for j in range(n):
+            out[i, j] = 0
+        for p in range(k):
+            aip = a[i, p]
+            for j in range(n):
+                out[i, j] += aip * b[p, j]
 
 
 @numba.njit(cache=True, error_model="numpy", forceinline=True)

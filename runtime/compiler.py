@@ -377,8 +377,13 @@ def compile_graph(graph, batched=None):
             return Interpreted(graph)
         if tiers.wants_background(graph):
             return tiers.Tiered(graph, lambda: _compile_in_background(graph))
-    with gc_paused():
-        return _compile_graph(graph, batched)
+    try:
+        with gc_paused():
+            return _compile_graph(graph, batched)
+    except Exception as e:   # noqa: BLE001 - as a background compile's failure: never the
+        # reason a gradient fails (nor, its source on disk, every later process's)
+        tiers.compile_failed(graph, e)
+        return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
 
 
 def _compile_in_background(graph):

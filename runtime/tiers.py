@@ -18,7 +18,8 @@ Contract
   compile running beside the first call would slow the first result about twofold (an
   RK4 ``gj.scan`` of 1000 steps: 2.2 s -> 0.85 s to the first gradient). A build that
   raises leaves the structure on the interpreter, with one warning on the ``gradjit``
-  logger. ``join()`` waits for the compiled code, compiling it in the calling thread if
+  logger (``compile_failed``: so does a compile in the caller's thread, sync mode or a
+  structure found on disk; counted in ``STATS["failed_compiles"]``). ``join()`` waits for the compiled code, compiling it in the calling thread if
   the compile thread has not started it.
 - One compile thread per process, taking the queued structures in order (a daemon: a
   process that exits first leaves no partial cache entry, writes being atomic). Why one:
@@ -47,7 +48,7 @@ import numpy as np
 
 MODES = ("background", "sync", "never")
 SLOW_S = 10.0
-STATS = {"interpreted_calls": 0, "background_compiles": 0}
+STATS = {"interpreted_calls": 0, "background_compiles": 0, "failed_compiles": 0}
 _LOG = logging.getLogger("gradjit")
 _SET = [None]
 _LOCAL = threading.local()
@@ -121,6 +122,14 @@ def wants_background(graph):
     return not plans.stored(graph, "entry", True, cache_store.current())
 
 
+def compile_failed(graph, e):
+    """Log that the compile of ``graph`` failed (its calls stay on the interpreter)."""
+    STATS["failed_compiles"] += 1
+    _LOG.warning("gradjit: the compile of %r failed (%s: %s); it stays on the NumPy "
+                 "interpreter", graph.name, type(e).__name__,
+                 (str(e).strip().splitlines() or [""])[0][:300])
+
+
 class Tiered:
     """A structure on the interpreter until its compiled executable is ready."""
 
@@ -176,8 +185,7 @@ class Tiered:
                       time.perf_counter() - t0)
         except Exception as e:   # noqa: BLE001 - the interpreter keeps serving the calls
             self.failed = e
-            _LOG.warning("gradjit: the compile of %r failed (%s: %s); it stays on the NumPy "
-                         "interpreter", name, type(e).__name__, e)
+            compile_failed(self.graph, e)
         finally:
             slow.cancel()
             self._build_fn = None   # (the graph and closures it holds)

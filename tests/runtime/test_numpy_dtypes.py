@@ -299,3 +299,34 @@ def test_integer_fmod_takes_the_dividends_sign(dt, executor):
         got = gj.jit(lambda a, b: (np.fmod(a, b), np.fmod(a, dt(3))))(a, b)
     for g, w in zip(got, want):
         _same(g, w)
+
+
+@pytest.mark.parametrize("dt", [np.int64, np.int8, np.bool_])
+def test_integer_and_bool_products(dt, executor):
+    # integer and bool matmul has no BLAS: compiled code once failed to type (a Numba
+    # TypingError, and with the source on disk, every later process); now NumPy's loop
+    rng = np.random.default_rng(0)
+    r = lambda *s: (rng.integers(0, 2, s) if dt is np.bool_ else rng.integers(-60, 60, s)).astype(dt)
+    a, b, v = r(3, 4), r(4, 5), r(4)
+    f = lambda a, b, v: (a @ b, v @ b, a @ v, np.dot(a[:1], b), np.einsum("ij,jk->ik", a, b))
+    for got, want in zip(gj.jit(f)(a, b, v), f(a, b, v)):
+        _same(got, want)
+
+
+def test_a_failed_compile_runs_on_the_interpreter(monkeypatch, caplog):
+    # a compile that fails in the caller's thread (sync mode, or a structure whose source
+    # is on disk) is as a failed background compile: a warning, and the interpreter's result
+    from gradjit.runtime import compiler
+    def broken(graph, batched):
+        raise RuntimeError("a compile that fails")
+    monkeypatch.setattr(compiler, "_compile_graph", broken)
+    gj.set_tiering("sync")
+    try:
+        gj.reset_stats()
+        with caplog.at_level("WARNING", logger="gradjit"):
+            g = gj.grad(lambda x: (np.tanh(x) * x).sum())(np.array([0.5, -1.0]))
+    finally:
+        gj.set_tiering(None)
+    x = np.array([0.5, -1.0])
+    np.testing.assert_allclose(g, np.tanh(x) + x / np.cosh(x) ** 2)
+    assert gj.stats()["failed_compiles"] == 1 and "a compile that fails" in caplog.text
