@@ -11,7 +11,11 @@ Contract
 - ``cumsum``: outer loops over every dim but ``dim``, an inner running sum
   along ``dim`` (one pass, no temporaries). ``cumprod`` / ``logcumsumexp``
   (``np.logaddexp``, as the NumPy reference's ``accumulate``) are the same scan
-  with another combine; ``cummax`` / ``cummin`` also carry the index.
+  with another combine; ``cummax`` / ``cummin`` also carry the index. The running
+  value is in the result's dtype (float32 scans as NumPy's, bit for bit), and every
+  kernel's locals are named after its output (two scans or sorts of different dtypes
+  in one function once shared a name: a Numba typing error, or an int64 running sum
+  unified to float64).
 - ``sort``: the same outer loops; each slice is copied and ``np.argsort``-ed
   (mergesort: stable, as the reference), then values and indices written out.
 """
@@ -22,6 +26,7 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, shape_arg
 
 from gradjit.lowering.codegen_cpu_index import INDEX_KERNELS, scalar_value_index
+from gradjit.lowering.codegen_cpu_math import _lit
 from gradjit.lowering.codegen_cpu_regions import REGION_KERNELS
 from gradjit.lowering.codegen_cpu_linalg import LINALG_KERNELS
 
@@ -38,11 +43,12 @@ def _cumsum(e, node):
         if d != dim:
             e.emit(depth, f"for i{d} in range({out.shape[d]}):")
             depth += 1
-    e.emit(depth, f"acc = {'0.0' if out.dtype.kind == 'f' else '0'}")
+    acc = f"acc{out.id}"   # (a name per op: two scans of other dtypes must not share one)
+    e.emit(depth, f"{acc} = {_lit(0, out.dtype)}")   # (in the dtype: NumPy's running sum)
     e.emit(depth, f"for i{dim} in range({out.shape[dim]}):")
     idx = ", ".join(f"i{d}" for d in range(out.ndim))
-    e.emit(depth + 1, f"acc += v{x.id}[{idx}]")
-    e.emit(depth + 1, f"v{out.id}[{idx}] = acc")
+    e.emit(depth + 1, f"{acc} += v{x.id}[{idx}]")
+    e.emit(depth + 1, f"v{out.id}[{idx}] = {acc}")
 
 
 def _scan_loops(e, node, out):
@@ -64,10 +70,11 @@ def _scan(init, combine):
             return
         e.emit(1, f"v{out.id} = al.empty({shape_arg(out.shape)}, {_np_dtype(out.dtype)})", node)
         depth, idx = _scan_loops(e, node, out)
-        e.emit(depth, f"acc = {init(out.dtype)}")
+        acc = f"acc{out.id}"
+        e.emit(depth, f"{acc} = {init(out.dtype)}")
         e.emit(depth, f"for i{node.attrs['dim']} in range({out.shape[node.attrs['dim']]}):")
-        e.emit(depth + 1, f"acc = {combine.format(acc='acc', x=f'v{x.id}[{idx}]')}")
-        e.emit(depth + 1, f"v{out.id}[{idx}] = acc")
+        e.emit(depth + 1, f"{acc} = {combine.format(acc=acc, x=f'v{x.id}[{idx}]')}")
+        e.emit(depth + 1, f"v{out.id}[{idx}] = {acc}")
     return emit
 
 
@@ -81,15 +88,16 @@ def _cumext(cmp):
         e.emit(1, f"v{inds.id} = al.empty({shape_arg(inds.shape)}, np.int64)")
         depth, idx = _scan_loops(e, node, vals)
         first = ", ".join("0" if d == dim else f"i{d}" for d in range(x.ndim))
-        e.emit(depth, f"best = v{x.id}[{first}]")
-        e.emit(depth, "bi = 0")
+        best, bi, xv = (f"{n}{vals.id}" for n in ("best", "bi", "xv"))
+        e.emit(depth, f"{best} = v{x.id}[{first}]")
+        e.emit(depth, f"{bi} = 0")
         e.emit(depth, f"for i{dim} in range({x.shape[dim]}):")
-        e.emit(depth + 1, f"xv = v{x.id}[{idx}]")
-        e.emit(depth + 1, f"if best == best and (xv != xv or xv {cmp} best):")
-        e.emit(depth + 2, "best = xv")
-        e.emit(depth + 2, f"bi = i{dim}")
-        e.emit(depth + 1, f"v{vals.id}[{idx}] = best")
-        e.emit(depth + 1, f"v{inds.id}[{idx}] = bi")
+        e.emit(depth + 1, f"{xv} = v{x.id}[{idx}]")
+        e.emit(depth + 1, f"if {best} == {best} and ({xv} != {xv} or {xv} {cmp} {best}):")
+        e.emit(depth + 2, f"{best} = {xv}")
+        e.emit(depth + 2, f"{bi} = i{dim}")
+        e.emit(depth + 1, f"v{vals.id}[{idx}] = {best}")
+        e.emit(depth + 1, f"v{inds.id}[{idx}] = {bi}")
     return emit
 
 
@@ -104,17 +112,20 @@ def _sort(e, node):
     e.emit(1, f"v{inds.id} = al.empty({shape_arg(inds.shape)}, np.int64)")
     depth, idx = _scan_loops(e, node, vals)
     row = ", ".join(":" if d == dim else f"i{d}" for d in range(x.ndim))
-    key = "row" if x.dtype.kind not in "bu" else "row.astype(np.int64)"
-    e.emit(depth, f"row = v{x.id}[{row}].copy()")
-    e.emit(depth, f"order = np.argsort({'-' if desc else ''}{key}, kind='mergesort')")
+    r, order = f"row{vals.id}", f"order{vals.id}"   # (names per op: sorts of two dtypes)
+    key = r if x.dtype.kind not in "bu" else f"{r}.astype(np.int64)"
+    e.emit(depth, f"{r} = v{x.id}[{row}].copy()")
+    e.emit(depth, f"{order} = np.argsort({'-' if desc else ''}{key}, kind='mergesort')")
     e.emit(depth, f"for i{dim} in range({x.shape[dim]}):")
-    e.emit(depth + 1, f"v{vals.id}[{idx}] = row[order[i{dim}]]")
-    e.emit(depth + 1, f"v{inds.id}[{idx}] = order[i{dim}]")
+    e.emit(depth + 1, f"v{vals.id}[{idx}] = {r}[{order}[i{dim}]]")
+    e.emit(depth + 1, f"v{inds.id}[{idx}] = {order}[i{dim}]")
 
 
 KERNELS = {"cumsum.default": _cumsum,
-           "cumprod.default": _scan(lambda dt: "1.0" if dt.kind == "f" else "1", "{acc} * {x}"),
-           "logcumsumexp.default": _scan(lambda dt: "-np.inf", "np.logaddexp({acc}, {x})"),
+           "cumprod.default": _scan(lambda dt: _lit(1, dt), "{acc} * {x}"),
+           "logcumsumexp.default": _scan(lambda dt: "-np.inf" if dt == np.float64 else
+                                           f"np.{np.dtype(dt).name}(-np.inf)",
+                                           "np.logaddexp({acc}, {x})"),
            "cummax.default": _cumext(">="), "cummin.default": _cumext("<="),
            "sort.default": _sort}
 KERNELS.update(INDEX_KERNELS)   # the indexing family (lowering/codegen_cpu_index.py)

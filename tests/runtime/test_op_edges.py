@@ -172,3 +172,22 @@ def test_prod_second_derivative_at_zeros(x, executor):
         h = gj.hessian(lambda v: (np.prod(v, axis=0) * np.array([1.0, 2.0])).sum())(x)
         np.testing.assert_allclose(h[:, 0, :, 1], 0.0)   # (columns do not meet)
         np.testing.assert_allclose(h[1, 1, 0, 1], 1.0 * 2.0)
+
+
+def test_scans_and_sorts_of_two_dtypes_in_one_function(executor):
+    # the CPU kernels' locals (row, order, acc, best) were shared by every scan and sort of
+    # a function: a float sort beside an int argsort failed to type in Numba, and an int64
+    # running sum beside a float one was unified to float64 (2**60 + 1 lost its 1)
+    x = np.array([0.3, -1.2, 2.0, 0.5])
+    big = np.array([2 ** 60, 1, 3, 5])
+    x32 = np.full(1000, 0.1, np.float32)
+
+    def f(x, b, x32):
+        return (x * np.argsort(np.argsort(x)), np.sort(x) + np.sort(x.astype(np.float32)),
+                np.cumsum(b), np.cumsum(x), np.cumprod(b), np.maximum.accumulate(b),
+                np.maximum.accumulate(x), np.cumsum(x32))   # float32: NumPy's running sum
+    for got, want in zip(gj.jit(f)(x, big, x32), f(x, big, x32)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    g = gj.grad(lambda x: (np.sort(x) * np.arange(4.0) + x * np.argsort(x)).sum())(x)
+    np.testing.assert_array_equal(g, [2.0, 0.0, 6.0, 4.0])
