@@ -18,7 +18,7 @@ Contract
 from __future__ import annotations
 
 from gradjit.lowering.placements import merge_placements
-from gradjit.lowering.schedule import ORDER_VIEWS
+from gradjit.lowering.schedule import ORDER_VIEWS, unchecked_indices
 from gradjit.tracer.control_flow import Region
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.ops import reduces_nothing
@@ -174,12 +174,23 @@ def _optimized_region(a):
 
 
 def dce(graph):
-    live = set(graph.outputs)
-    keep = []
-    for node in reversed(graph.nodes):
-        if any(v in live for v in node.outputs):
-            keep.append(node)
-            live.update(node.inputs)
+    """Nodes no output needs are removed, except an op whose traced index no kept op
+    checks against the same bound: NumPy raises for an index out of bounds even where the
+    value is unused (``np.add.at(y, i, 1.0)`` in a gradient that does not read ``y``), and
+    so does the interpreter; compiled code must not answer instead."""
+    forced = set()
+    while True:
+        live = set(graph.outputs)
+        keep = []
+        for node in reversed(graph.nodes):
+            if node in forced or any(v in live for v in node.outputs):
+                keep.append(node)
+                live.update(node.inputs)
+        kept = set(keep)
+        more = unchecked_indices(graph, lambda n: n in kept) - forced
+        if not more:
+            break
+        forced |= more
     graph.nodes = keep[::-1]
     return graph
 

@@ -14,7 +14,9 @@ Contract
 - Values of ``zeros_like`` / ``ones_like`` (and expansions of them) that only
   loops read are *inline constants*: no step computes them, readers use the
   literal. This keeps a gradient seed from splitting forward and backward
-  loops.
+  loops. Nodes only such constants read are dead, except an index op whose traced
+  index no live op checks (``unchecked_indices``: an index out of bounds raises, as
+  NumPy and the interpreter do, even where its value is unused).
 - ``schedule(graph) -> (steps, inline)``; ``Loop.stores`` / ``Loop.reductions``
   tell the emitter what to allocate. Targets (CPU, CUDA) only render; they
   never regroup.
@@ -165,17 +167,44 @@ def _inline_constants(graph):
             continue
         if out not in outputs and all(_space(u) is not None for u in users.get(out, [])):
             inline[out] = value
-    # Nodes read only by inline constants (e.g. the loss under a seed) are dead.
-    dead = set()
-    # A multi-output node (max.dim) is dead only when every output is.
-    for node in reversed(graph.nodes):
-        outs = node.outputs
-        if any(o in inline or o in outputs for o in outs):
-            continue
-        readers = [u.outputs[0] for o in outs for u in users.get(o, [])]
-        if readers and all(r in inline or r in dead for r in readers):
-            dead.update(outs)
-    return inline, dead
+    # Nodes read only by inline constants (e.g. the loss under a seed) are dead, but for
+    # index checks no live op makes (see ``unchecked_indices``).
+    forced = set()
+    while True:
+        dead = set()
+        # A multi-output node (max.dim) is dead only when every output is.
+        for node in reversed(graph.nodes):
+            outs = node.outputs
+            if node in forced or any(o in inline or o in outputs for o in outs):
+                continue
+            readers = [u.outputs[0] for o in outs for u in users.get(o, [])]
+            if readers and all(r in inline or r in dead for r in readers):
+                dead.update(outs)
+        more = unchecked_indices(graph, lambda n: n.outputs[0] not in dead) - forced
+        if not more:
+            return inline, dead
+        forced |= more
+
+
+# ops that check a traced index against a bound (inputs[1] against inputs[0].shape[dim])
+CHECKS_INDEX = {"index_select.default", "index_add.default", "gather.default",
+                "scatter_add.default"}
+
+
+def _index_check(node):
+    x = node.inputs[0]
+    return node.inputs[1], (x.shape[node.attrs["dim"]] if x.ndim else 1)
+
+
+def unchecked_indices(graph, kept):
+    """The index ops of ``graph`` that ``kept(node)`` drops and whose traced index no kept
+    op checks against the same bound. Dead code keeps them: NumPy raises for an index out
+    of bounds even where the value is unused (``np.add.at(y, i, 1.0)`` in a gradient that
+    reads nothing of ``y``), and so does the interpreter; compiled code must not answer."""
+    ops = [n for n in graph.nodes if n.op in CHECKS_INDEX]
+    checked = {_index_check(n) for n in ops if kept(n)}
+    return {n for n in ops if not kept(n) and n.inputs[1] not in graph.constants
+            and _index_check(n) not in checked}
 
 
 def schedule(graph, unit_views=False, row_passes=False, recompute=False, runs_apart=None):

@@ -250,3 +250,17 @@ def test_cuda_source_flags_and_checks_each_index_op():
     assert f"{FLAGS} = cm.index_flags(2)" in src
     assert f"cm.check_indices({FLAGS}, (('index_select.default', 0, 3, v" in src
     assert "bad = k < -3 or k >= 3" in src and "if not bad" in src
+
+
+def _add_at_unread(x, i):
+    y = x.copy()
+    np.add.at(y, i, 1.0)   # (y's value: not needed for the gradient, its index checked)
+    return y.sum()
+
+
+def test_an_index_whose_value_is_unused_is_still_checked(run):
+    # compiled code dropped the forward np.add.at as dead (the gradient of y.sum() does not
+    # read y) and its bounds check with it: a gradient came back where NumPy raises
+    with pytest.raises(IndexError, match=r"index 9 is out of bounds for axis 0 with size 3"):
+        run(_add_at_unread, X3, np.array([0, 9]))
+    np.testing.assert_array_equal(gj.grad(_add_at_unread)(X3, np.array([0, -3])), 1.0)
