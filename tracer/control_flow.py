@@ -259,8 +259,9 @@ def fori_loop(lower, upper, body_fun, init_val):
 
 def while_loop(cond_fun, body_fun, init_val, max_steps=None):
     """``while cond_fun(val): val = body_fun(val)``, as ``jax.lax.while_loop``. Reverse mode
-    needs ``max_steps`` (the loop is then a scan of that many steps that stops changing
-    ``val`` once ``cond_fun`` is false); without it the loop is forward-only."""
+    needs ``max_steps`` (the loop is then a scan of that many steps whose body is a
+    ``cond``: once ``cond_fun`` is false ``val`` passes through unchanged and the body
+    does not run); without it the loop is forward-only."""
     outer = _enclosing()
     if outer is None:
         val, k = init_val, 0
@@ -268,14 +269,19 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
             val, k = body_fun(val), k + 1
         return val
     if max_steps is not None:
-        def step(c, _):
-            val, live = c
-            live = np.logical_and(live, cond_fun(val))
+        def checked_body(val):
             new = body_fun(val)
             nl, nt = pytree.flatten(new)
             ol, ot = pytree.flatten(val)
             _check_same("gj.while_loop", "the loop value", _types(nl), _types(ol), nt, ot)
-            return (pytree.unflatten(ot, [np.where(live, a, b) for a, b in zip(nl, ol)]), live), None
+            return new
+
+        def step(c, _):
+            val, live = c
+            live = np.logical_and(live, cond_fun(val))
+            # once stopped, the body does not run (a cond, not a where over its result:
+            # sqrt(x - 0.5) past the stop made NaN derivatives that 0 * NaN let through)
+            return (cond(live, checked_body, lambda v: v, val), live), None
         return scan(step, (init_val, np.array(True)), length=int(max_steps))[0][0]
     c_leaves, c_tree = pytree.flatten(init_val)
     c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]

@@ -104,6 +104,23 @@ def test_while_loop(executor):
         gj.grad(lambda w: unbounded(w).sum())(np.ones(3))
 
 
+def test_while_loop_body_does_not_run_after_the_stop(executor):
+    # with max_steps the loop is a scan; past the stop the body once still ran and its
+    # result was dropped by a where: sqrt of a negative number there made a NaN derivative,
+    # and 0 * NaN a NaN gradient. The loop: 2 -> 1.22 -> 0.85 -> 0.59 -> 0.30, stop
+    def f(x):
+        return gj.while_loop(lambda v: v.sum() > 0.5, lambda v: np.sqrt(v - 0.5), x,
+                             max_steps=20).sum()
+    x, eps = np.array([2.0]), 1e-6
+
+    def plain(x):
+        while x.sum() > 0.5:
+            x = np.sqrt(x - 0.5)
+        return x.sum()
+    np.testing.assert_allclose(gj.grad(f)(x), (plain(x + eps) - plain(x - eps)) / (2 * eps),
+                               rtol=1e-6)
+
+
 def test_while_loop_forward_mode_needs_no_bound(executor):
     # a loop of the values and their tangents (as JAX's): the condition reads the values;
     # a captured array with a tangent (w) and a carried integer (the count) too
