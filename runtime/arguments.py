@@ -96,8 +96,12 @@ def fresh_leaves(call, positions):
     and not through other arguments computed from the same outer value
     (``grad(lambda a, b: a * b)(x, 2 * x)`` is ``2 * x``; a closure over ``x`` is a
     constant of ``jvp(lambda a: a * x, (x,), ...)``), as JAX's. Python numbers and arrays
-    there become constants of the trace first."""
+    there become constants of the trace first (of the enclosing trace's graph when the
+    call holds no tracer: ``grad(lambda y: x * y)(2.0)`` inside a trace over ``x``)."""
     ref = first_tracer(call)
+    if ref is None:
+        from gradjit.tracer.control_flow import enclosing_graph
+        ref = Tracer(enclosing_graph(), None)
 
     def fresh(a):
         if not isinstance(a, Tracer):

@@ -40,6 +40,7 @@ from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer import pytree
 from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import swapped, traced_numpy
+from gradjit.tracer.control_flow import enclosing_graph
 from gradjit.tracer.ops_index import IndexBoundsError
 from gradjit.tracer.rng_guard import StreamMovedError, reachable, rng_guard
 from gradjit.tracer.trace import Tracer, constant, flatten_output, trace, unflatten_output
@@ -160,7 +161,9 @@ class _Transformed:
 
     def _call_slow(self, args, kwargs=None):
         kwargs = kwargs or {}
-        if has_tracer(args, kwargs):
+        # inside a trace (this thread's), a transform is part of it, as JAX's: its function
+        # may close over the trace's values even where its arguments are concrete
+        if has_tracer(args, kwargs) or (self.device != "cuda" and enclosing_graph() is not None):
             return self._inline(Call(args, kwargs))
         traced, key, layout = pytree.split_args(args, kwargs, self.static, self.static_names,
                                                 self.__name__)

@@ -111,6 +111,12 @@ def _enclosing():
     return graphs[-1] if graphs else None
 
 
+def enclosing_graph():
+    """The graph being traced right now in this thread (innermost first), or None: a
+    transform called there is part of that trace (runtime/transforms.py inlines it)."""
+    return _enclosing()
+
+
 def _as_outer(graph, x, what):
     """A leaf as a tracer of ``graph`` (the enclosing one)."""
     if isinstance(x, Tracer):

@@ -253,3 +253,19 @@ def test_nested_transforms_differentiate_their_own_arguments(name, interpreted):
 def test_nested_grad_compiled_is_not_the_total_derivative():
     f = _NESTED["grad"]
     np.testing.assert_allclose(gj.grad(f)(X), 2 * np.cos(2 * X), rtol=1e-12)
+
+
+def test_a_transform_called_with_concrete_arguments_inside_a_trace_is_part_of_it():
+    # grad / jit called with concrete arguments inside another transform's trace, closing
+    # over its traced value, once traced apart and raised "a traced value escaped"; as
+    # JAX's, they are part of the enclosing trace (d/dx x * (d/dy x*y) = 2x)
+    assert gj.grad(lambda x: x * gj.grad(lambda y: x * y)(2.0))(3.0) == 6.0
+    np.testing.assert_array_equal(
+        gj.grad(lambda x: gj.jit(lambda y: x * y)(np.array([2.0])).sum())(np.array([3.0])), [2.0])
+    inner = gj.jit(lambda y: y * 2.0)   # called outside first: its compiled entry is not
+    inner(np.ones(2))                   # the enclosing trace's business
+    np.testing.assert_array_equal(
+        gj.grad(lambda x: (x * inner(np.ones(2))).sum())(np.ones(2)), [2.0, 2.0])
+    np.testing.assert_allclose(
+        gj.grad(lambda x: gj.jacrev(lambda y: x * y ** 2)(np.array([1.0, 2.0])).sum())(
+            np.array([3.0, 4.0])), [2.0, 4.0])
