@@ -185,11 +185,13 @@ def _full(like, a, v):
     return A.sum(A.mul(win, A.flip(v, (0,))), (1,)), n, m
 
 
-def _mode_slice(full, n, m, mode, name):
+def _mode_slice(full, n, m, mode, name, late=False):
+    """``full`` (n >= m: the longer and shorter lengths) cut to ``mode``. ``late``: the
+    centre of an even window rounds up (NumPy's correlate of a shorter first operand)."""
     if mode in ("full", 2):
         return full
     if mode in ("same", 1):
-        start = (m - 1) // 2
+        start = m // 2 if late else (m - 1) // 2
         return full[start:start + n]
     if mode in ("valid", 0):
         return full[m - 1:n]
@@ -204,8 +206,9 @@ def _convolve(a, v, mode="full"):
 
 def _correlate(a, v, mode="valid"):
     like, a, v = _windows(a, v, "correlate")
+    late = a.shape[0] < v.shape[0]   # (NumPy correlates the swapped pair, then reverses)
     full, n, m = _full(like, a, A.flip(v, (0,)))   # (real operands: no conjugate)
-    return _mode_slice(full, n, m, mode, "correlate")
+    return _mode_slice(full, n, m, mode, "correlate", late)
 
 
 def _matrix_power(a, n):

@@ -1678,6 +1678,8 @@ def _series_samples(rng):
     for mode in ("full", "same", "valid"):
         out += [Sample((draw(rng, (6,)), draw(rng, (3,))), {"mode": mode}),
                 Sample((draw(rng, (3,)), draw(rng, (6,))), {"mode": mode}, desc="v longer"),
+                # (an even shorter first operand: correlate's 'same' window starts a step later)
+                Sample((draw(rng, (2,)), draw(rng, (5,))), {"mode": mode}, desc="v longer, a even"),
                 Sample((draw(rng, (4,)), draw(rng, (4,))), {"mode": mode})]
     return out + [Sample((draw(rng, (1,)), draw(rng, (1,)))),
                   Sample((draw(rng, (5,), "int"), draw(rng, (2,), "int"))),
