@@ -54,7 +54,9 @@ def _operator(name):
     def method(self, other):
         t = type(other)
         if t is type(self):
-            return self._apply(tensor_op, [self, other], {})
+            if self._numpy_promotion or (d := self.dtype) is other.dtype or d == other.dtype:
+                return self._apply(tensor_op, [self, other], {})
+            return apply(tensor_op, [self, other], {})   # (tensor mode: torch's promotion)
         if t is float or t is int:
             return self._apply(scalar_op, [self], {key: other})
         return binary(name, self, other)
@@ -184,6 +186,7 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     __slots__ = ()
     __array_priority__ = 1000
     __hash__ = object.__hash__
+    _numpy_promotion = False   # torch's dtype promotion (dispatch.torch_operands); traced: NumPy's
 
     # subclasses: shape, dtype properties; _apply(op, tensors, attrs); _const(array)
     @property

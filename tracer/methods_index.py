@@ -30,7 +30,7 @@ import numpy as np
 
 from gradjit.tracer.advanced_index import _check_bounds, _concrete, _is_obj
 from gradjit.tracer.advanced_index import advanced as _advanced
-from gradjit.tracer.dispatch import apply, norm_dim, sizes_arg
+from gradjit.tracer.dispatch import apply, common_dtype, norm_dim, sizes_arg
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
@@ -129,7 +129,7 @@ def _tensors(seq, op):
     if like is None:
         raise TypeError(f"{op}: no gradjit tensor among the arguments")
     seq = [t if _is_obj(t) else like._const(np.asarray(t)) for t in seq]
-    dt = np.result_type(*[t.dtype for t in seq])
+    dt = common_dtype(like, seq)
     return [t.to(dt) for t in seq]
 
 

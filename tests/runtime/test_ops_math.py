@@ -13,6 +13,7 @@ from scipy import special
 
 import gradjit as gj
 from gradjit.lowering import special_cpu as sp
+from gradjit.runtime import tiers
 
 
 def _grads(fn, *arrays):
@@ -102,6 +103,38 @@ def test_integer_inputs_promote_like_numpy(interpreted):
     assert i.maximum(2).dtype == np.int64 and i.maximum(2.5).dtype == np.float64
     assert i.clamp(0, 2).dtype == np.int64 and i.clamp(0.5, 2).dtype == np.float64
     np.testing.assert_array_equal((i % 2).data, [1, 0, 1])
+
+
+def test_tensor_mode_promotes_as_torch(executor):
+    """torch's rule: dimensioned tensors before 0-d ones, by category (bool < int < float);
+    Python scalars weak; float64 the default float. The NumPy front end keeps NumPy's."""
+    f32, i64 = np.array([1.5, -2.0], np.float32), np.array([3, 4])
+    t = gj.tensor
+    cases = [(t(f32) * t(i64), np.float32), (t(f32) + t(np.array(2.0)), np.float32),
+             (t(np.int32([1, 2])) + t(np.array(5)), np.int32), (t(i64) * t(np.float32(2)), np.float32),
+             (t([True, False]) + t(np.int32(2)), np.int32), (t(i64) * 0.5, np.float64),
+             (t(i64) / t(i64), np.float64), (t(f32) * 0.5, np.float32),
+             (t(i64) * t(np.array([1], np.float16)), np.float16),
+             (gj.maximum(t(f32), t(i64)), np.float32), (gj.atan2(t(f32), t(np.array(1.0))), np.float32),
+             (gj.cat([t(f32), t(i64)]), np.float32), (gj.where(t([True, False]), t(f32), t(np.array(2.0))), np.float32),
+             (t(f32) ** t(i64), np.float32), (t(np.array(2.0)) * t(np.array(2, np.int32)), np.float64)]
+    for got, want in cases:
+        assert got.dtype == want, (got, want)
+    np.testing.assert_array_equal((t(f32) * t(i64)).data, f32 * np.float32(i64))
+    # comparisons compute in the promoted dtype: 2**24 + 1 is 2**24 in float32 (torch: True)
+    assert (t([2 ** 24 + 1]) == t(np.float32([2 ** 24]))).item()
+    # the gradient reaches the float32 leaf in its dtype (a cast node, recorded and compiled)
+    w = t(f32, requires_grad=True)
+    with tiers.forced("sync"):
+        for _ in range(2):   # (the second step replays the first's record)
+            w.grad = None
+            y = ((w * t(i64) + t(np.array(0.5))) / t(i64)).sum()
+            y.backward()
+            assert y.dtype == np.float32 and w.grad.dtype == np.float32
+            np.testing.assert_allclose(w.grad.data, np.ones(2))
+    # NumPy's rule where gradjit traces NumPy code
+    assert gj.jit(lambda a, b: a * b)(f32, i64).dtype == np.float64
+    assert gj.jit(lambda a, b: np.concatenate([a, b]))(f32, i64).dtype == np.float64
 
 
 @pytest.mark.parametrize("name, ours, ref, xs", [
