@@ -187,6 +187,7 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     __array_priority__ = 1000
     __hash__ = object.__hash__
     _numpy_promotion = False   # torch's dtype promotion (dispatch.torch_operands); traced: NumPy's
+    _numpy_indexing = False    # ints index first, as basic indexing (methods_index.getitem)
 
     # subclasses: shape, dtype properties; _apply(op, tensors, attrs); _const(array)
     @property
