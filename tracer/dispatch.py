@@ -14,13 +14,15 @@ Contract
   in NEP 50, and float64 is the default float dtype): ``apply`` casts a Tensor op's
   operands first where NumPy's rule would give another dtype (``torch_operands``),
   so the ops, their references and code generators know NumPy's rule only.
-  Traced arrays (``_numpy_promotion``) keep NumPy's.
+  Traced arrays (``_numpy_promotion``) keep NumPy's, and so do tensors while a NumPy
+  function or ufunc runs on them (``numpy_rules``: ``np.gradient(t)`` has NumPy's values).
 - Imports nothing but the registry, so ``api.py`` and the method mixins
   (``methods_*.py``) can all build on it.
 """
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
 
@@ -42,6 +44,19 @@ def apply(op, tensors, attrs):
                     tensors = torch_operands(op, tensors)
                 return cls._apply(op, tensors, attrs)
     raise TypeError(f"{op}: no gradjit tensor among the arguments {[type(t).__name__ for t in tensors]}")
+
+
+class _Rules(threading.local):
+    depth = 0   # > 0 while a NumPy function or ufunc runs on tensors (tracer/numpy_protocol.py)
+
+
+NUMPY_CALL = _Rules()
+
+
+def numpy_rules(x):
+    """Whether NumPy's rules (promotion, indexing) hold for ``x``: a traced array, or a
+    tensor inside a NumPy function (whose composites must give NumPy's values)."""
+    return x._numpy_promotion or NUMPY_CALL.depth > 0
 
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
@@ -74,7 +89,7 @@ def torch_operands(op, tensors):
     else:
         return tensors
     rule = getattr(OPS.get(op), "promotion", "")
-    if not rule:
+    if not rule or NUMPY_CALL.depth:
         return tensors
     first = 1 if rule == "where" else 0   # (where's condition takes no part)
     parts = tensors[first:]
@@ -95,7 +110,7 @@ def common_dtype(like, tensors):
     """The dtype ``tensors`` (gradjit objects beside ``like``) promote to (cat, stack):
     NumPy's rule for traced arrays, torch's for tensors."""
     dts = [np.dtype(t.dtype) for t in tensors]
-    if getattr(like, "_numpy_promotion", False):
+    if numpy_rules(like):
         return np.result_type(*dts)
     return torch_dtype(dts, [len(t.shape) for t in tensors])
 

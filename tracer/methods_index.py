@@ -32,7 +32,7 @@ import numpy as np
 
 from gradjit.tracer.advanced_index import _check_bounds, _concrete, _is_obj
 from gradjit.tracer.advanced_index import advanced as _advanced
-from gradjit.tracer.dispatch import apply, common_dtype, norm_dim, sizes_arg
+from gradjit.tracer.dispatch import NUMPY_CALL, apply, common_dtype, norm_dim, sizes_arg
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
@@ -105,7 +105,8 @@ def getitem(x, index):
     # An int beside an integer array: NumPy counts it as one more advanced index (its dim
     # takes part in where the result dims go); torch applies ints first, as basic indexing
     # (a (3, 4, 5) tensor's [1, :, [1, 4, 4]] is (3, 4) in NumPy, (4, 3) in torch)
-    advanced = x._numpy_indexing and any(isinstance(it, tuple) for it in items)
+    advanced = ((x._numpy_indexing or NUMPY_CALL.depth > 0)
+                and any(isinstance(it, tuple) for it in items))
     y, d, adv = x, 0, []
     for it in items:
         if it is None:

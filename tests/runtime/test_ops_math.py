@@ -132,8 +132,9 @@ def test_tensor_mode_promotes_as_torch(executor):
             y.backward()
             assert y.dtype == np.float32 and w.grad.dtype == np.float32
             np.testing.assert_allclose(w.grad.data, np.ones(2))
-    # NumPy's rule where gradjit traces NumPy code
+    # NumPy's rule where gradjit traces NumPy code, and in NumPy functions given tensors
     assert gj.jit(lambda a, b: a * b)(f32, i64).dtype == np.float64
+    assert np.multiply(t(f32), t(i64)).dtype == np.float64
     assert gj.jit(lambda a, b: np.concatenate([a, b]))(f32, i64).dtype == np.float64
 
 
