@@ -121,9 +121,9 @@ class InplaceMethods:
         self._check_inplace("mul_")
         return self._inplace(self._original(other).mul(other))
 
-    def div_(self, other):
+    def div_(self, other, *, rounding_mode=None):
         self._check_inplace("div_")
-        return self._inplace(self._original(other).div(other))
+        return self._inplace(self._original(other).div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent):
         self._check_inplace("pow_")
@@ -221,7 +221,7 @@ def _unary_inplace(name):
 
 _UNARY_INPLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                   "neg", "abs", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc",
-                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign")
+                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign", "sinc")
 
 
 def _move_retain(t, fn, index):
