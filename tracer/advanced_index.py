@@ -5,7 +5,7 @@ Contract
   [(dim, array)], broadcast together, with the result dims where NumPy puts
   them; one ``index_select`` over the indexed dims permuted together and
   flattened. ``_concrete`` / ``_is_obj`` / ``_check_bounds`` are the helpers
-  the index methods share.
+  the index methods share; ``torch_split`` gives tensor assignment torch's order.
 - Bounds: a concrete index is checked here (``IndexError`` in torch's words,
   naming the tensor's shape and the user's line) and wrapped. A traced one has
   no value yet: it is checked where it is read, at run time, by the index
@@ -51,6 +51,36 @@ def _checked(a, n, d, ndim):
     run-time check names the user's axis and size."""
     pos = a._const(np.arange(n, dtype=np.int64).reshape((1,) * d + (n,) + (1,) * (ndim - d - 1)))
     return apply("index_select.default", [pos, a.reshape(-1)], {"dim": d}).reshape(a.shape)
+
+
+def torch_split(index):
+    """A NumPy index of a tensor (``x[index] = v``) as two applied one after the other,
+    giving torch's result where it differs from NumPy's: the ints first (basic indexing,
+    a view), then the rest, so NumPy's placement rule for the advanced indices sees no
+    ints (``methods_index.getitem``). None where no int stands beside an array."""
+    items = index if isinstance(index, tuple) else (index,)
+
+    def is_int(i):
+        return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+    arrays = [not (i is None or i is Ellipsis or isinstance(i, slice) or is_int(i)) for i in items]
+    if not (any(arrays) and any(map(is_int, items))):
+        return None
+    first, second = [], []
+    for i, arr in zip(items, arrays):
+        if is_int(i):
+            first.append(i)
+        elif arr:   # (a mask stands for as many dims as it has)
+            a = np.asarray(i)
+            first.extend([slice(None)] * (a.ndim if a.dtype == np.bool_ else 1))
+            second.append(i)
+        elif isinstance(i, slice):
+            first.append(slice(None))
+            second.append(i)
+        else:   # (None: its new dim, made by the first, is kept by the second; Ellipsis)
+            first.append(i)
+            second.append(slice(None) if i is None else i)
+    return tuple(first), tuple(second)
 
 
 def advanced(y, adv):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.dispatch import (_py, apply, as_operand, is_scalar, norm_dim,  # noqa: F401
-                                     norm_dims, operands, promoting, register_frontend, strong)
+                                     norm_dims, numpy_rules, operands, promoting,
+                                     register_frontend, strong)
 from gradjit.tracer.methods_creation import CreationMethods
 from gradjit.tracer.methods_index import IndexMethods
 from gradjit.tracer.methods_scatter import ScatterMethods
 from gradjit.tracer.methods_linalg import LinalgMethods
-from gradjit.tracer.methods_math import MathMethods
+from gradjit.tracer.methods_math import MathMethods, rounded_div
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.methods_shape import ShapeMethods
 from gradjit.tracer import ops, ops_math  # noqa: F401  (the records the front ends come from)
@@ -54,7 +55,9 @@ def _operator(name):
     def method(self, other):
         t = type(other)
         if t is type(self):
-            return self._apply(tensor_op, [self, other], {})
+            if self._numpy_promotion or (d := self.dtype) is other.dtype or d == other.dtype:
+                return self._apply(tensor_op, [self, other], {})
+            return apply(tensor_op, [self, other], {})   # (tensor mode: torch's promotion)
         if t is float or t is int:
             return self._apply(scalar_op, [self], {key: other})
         return binary(name, self, other)
@@ -184,6 +187,8 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     __slots__ = ()
     __array_priority__ = 1000
     __hash__ = object.__hash__
+    _numpy_promotion = False   # torch's dtype promotion (dispatch.torch_operands); traced: NumPy's
+    _numpy_indexing = False    # ints index first, as basic indexing (methods_index.getitem)
 
     # subclasses: shape, dtype properties; _apply(op, tensors, attrs); _const(array)
     @property
@@ -216,8 +221,13 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
         return binary("sub", self, other * alpha if alpha != 1 else other)
 
     def mul(self, other): return binary("mul", self, other)
-    def div(self, other): return binary("div", self, other)
-    true_divide = divide = div
+    def div(self, other, *, rounding_mode=None):
+        if rounding_mode is None:
+            return binary("div", self, other)
+        return rounded_div(self, other, rounding_mode)   # (torch's "trunc" / "floor")
+
+    divide = div
+    def true_divide(self, other): return binary("div", self, other)
     multiply = mul
     subtract = sub
     def pow(self, exponent): return binary("pow", self, exponent)
@@ -248,8 +258,13 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     def __rlshift__(self, other): return np.left_shift(other, self)
     def __rshift__(self, other): return np.right_shift(self, other)
     def __rrshift__(self, other): return np.right_shift(other, self)
-    def __floordiv__(self, other): return np.floor_divide(self, other)
-    def __rfloordiv__(self, other): return np.floor_divide(other, self)
+    # (a tensor's // is torch's floor division: its promotion, zero gradient)
+    def __floordiv__(self, other):
+        return np.floor_divide(self, other) if numpy_rules(self) else rounded_div(self, other, "floor")
+
+    def __rfloordiv__(self, other):
+        return np.floor_divide(other, self) if numpy_rules(self) else rounded_div(other, self, "floor")
+
     def __neg__(self): return self._apply("neg.default", [self], {})
     def __pos__(self): return self
     def __abs__(self): return self._apply("abs.default", [self], {})

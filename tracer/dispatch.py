@@ -9,14 +9,24 @@ Contract
   Python numbers from arrays; ``as_operand`` turns a Python scalar met beside a
   tensor into a 0-d constant tensor of the promoted dtype (NEP 50: the scalar
   is weak), so binary ops need only a Tensor-Tensor overload.
+- Tensor mode promotes dtypes as torch does (``torch_dtype``: dimensioned tensors
+  before 0-d ones, by category bool < integer < float; a Python scalar is weak, as
+  in NEP 50, and float64 is the default float dtype): ``apply`` casts a Tensor op's
+  operands first where NumPy's rule would give another dtype (``torch_operands``),
+  so the ops, their references and code generators know NumPy's rule only.
+  Traced arrays (``_numpy_promotion``) keep NumPy's, and so do tensors while a NumPy
+  function or ufunc runs on them (``numpy_rules``: ``np.gradient(t)`` has NumPy's values).
 - Imports nothing but the registry, so ``api.py`` and the method mixins
   (``methods_*.py``) can all build on it.
 """
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
+
+from gradjit.tracer.registry import OPS
 
 _FRONTENDS = []
 
@@ -30,8 +40,79 @@ def apply(op, tensors, attrs):
     for cls in _FRONTENDS:
         for t in tensors:
             if isinstance(t, cls):
+                if len(tensors) > 1 and not cls._numpy_promotion:
+                    tensors = torch_operands(op, tensors)
                 return cls._apply(op, tensors, attrs)
     raise TypeError(f"{op}: no gradjit tensor among the arguments {[type(t).__name__ for t in tensors]}")
+
+
+class _Rules(threading.local):
+    depth = 0   # > 0 while a NumPy function or ufunc runs on tensors (tracer/numpy_protocol.py)
+
+
+NUMPY_CALL = _Rules()
+
+
+def numpy_rules(x):
+    """Whether NumPy's rules (promotion, indexing) hold for ``x``: a traced array, or a
+    tensor inside a NumPy function (whose composites must give NumPy's values)."""
+    return x._numpy_promotion or NUMPY_CALL.depth > 0
+
+
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
+
+
+def torch_dtype(dtypes, ndims):
+    """torch's result dtype of tensors of ``dtypes`` and ``ndims``: the highest category
+    (bool < integer < float) decides; the dimensioned tensors of that category promote
+    among themselves, or, where none is of it, the 0-d ones (float32[3] * int64[3] and
+    float32[3] * 0-d float64 are float32; int64[3] * 0-d float32 is float32)."""
+    cats = [_CATEGORY.get(np.dtype(d).kind, 3) for d in dtypes]
+    top = max(cats)
+    dims = [d for d, c, n in zip(dtypes, cats, ndims) if c == top and n]
+    return np.result_type(*(dims or [d for d, c in zip(dtypes, cats) if c == top]))
+
+
+def _float_or_default(dt):
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def torch_operands(op, tensors):
+    """A Tensor op's operands, those whose dtype differs from torch's common dtype cast to
+    it where NumPy's rule would compute in another dtype (float32[3] * int64[3]: int64 to
+    float32). Operands of one dtype, and ops without an elementwise promotion, pass."""
+    d0 = tensors[0].dtype   # (the usual case first, NumPy's dtypes being singletons:
+    for t in tensors:       # every op of a step runs this)
+        d = t.dtype
+        if d is not d0 and d != d0:
+            break
+    else:
+        return tensors
+    rule = getattr(OPS.get(op), "promotion", "")
+    if not rule or NUMPY_CALL.depth:
+        return tensors
+    first = 1 if rule == "where" else 0   # (where's condition takes no part)
+    parts = tensors[first:]
+    dts = [np.dtype(t.dtype) for t in parts]
+    if all(d == dts[0] for d in dts):
+        return tensors
+    common, numpy_common = torch_dtype(dts, [len(t.shape) for t in parts]), np.result_type(*dts)
+    if rule == "float":   # (integer operands compute in the float result dtype)
+        common, numpy_common = _float_or_default(common), _float_or_default(numpy_common)
+    if common == numpy_common:
+        return tensors
+    return list(tensors[:first]) + [t if d == common else
+                                    t._apply("_to_copy.default", [t], {"dtype": common})
+                                    for t, d in zip(parts, dts)]
+
+
+def common_dtype(like, tensors):
+    """The dtype ``tensors`` (gradjit objects beside ``like``) promote to (cat, stack):
+    NumPy's rule for traced arrays, torch's for tensors."""
+    dts = [np.dtype(t.dtype) for t in tensors]
+    if numpy_rules(like):
+        return np.result_type(*dts)
+    return torch_dtype(dts, [len(t.shape) for t in tensors])
 
 
 def is_scalar(x):

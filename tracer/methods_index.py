@@ -4,7 +4,9 @@ Contract
 - ``IndexMethods`` gives ``Tensor`` and ``Tracer`` ``__getitem__`` and the
   torch-named methods over ``tracer/ops_index.py``; module functions ``cat``,
   ``stack`` (and the method spellings) take sequences of tensors.
-- ``__getitem__`` follows NumPy: ints, slices (any step, negative included),
+- ``__getitem__`` follows NumPy (tensors: torch, where the two differ: an int
+  beside an integer array is basic indexing, applied first, not an advanced index
+  whose dim decides where the result dims go): ints, slices (any step, negative included),
   ``None``, ``Ellipsis`` give views (``slice.Tensor``, ``squeeze.dim``,
   ``unsqueeze``); integer arrays / tensors and boolean masks (advanced
   indexing, broadcast together; the result dims go where NumPy puts them)
@@ -30,7 +32,7 @@ import numpy as np
 
 from gradjit.tracer.advanced_index import _check_bounds, _concrete, _is_obj
 from gradjit.tracer.advanced_index import advanced as _advanced
-from gradjit.tracer.dispatch import apply, norm_dim, sizes_arg
+from gradjit.tracer.dispatch import NUMPY_CALL, apply, common_dtype, norm_dim, sizes_arg
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
@@ -100,7 +102,11 @@ def _expand_items(x, index):
 
 def getitem(x, index):
     items = _expand_items(x, index)
-    advanced = any(isinstance(it, tuple) for it in items)
+    # An int beside an integer array: NumPy counts it as one more advanced index (its dim
+    # takes part in where the result dims go); torch applies ints first, as basic indexing
+    # (a (3, 4, 5) tensor's [1, :, [1, 4, 4]] is (3, 4) in NumPy, (4, 3) in torch)
+    advanced = ((x._numpy_indexing or NUMPY_CALL.depth > 0)
+                and any(isinstance(it, tuple) for it in items))
     y, d, adv = x, 0, []
     for it in items:
         if it is None:
@@ -129,7 +135,7 @@ def _tensors(seq, op):
     if like is None:
         raise TypeError(f"{op}: no gradjit tensor among the arguments")
     seq = [t if _is_obj(t) else like._const(np.asarray(t)) for t in seq]
-    dt = np.result_type(*[t.dtype for t in seq])
+    dt = common_dtype(like, seq)
     return [t.to(dt) for t in seq]
 
 

@@ -12,7 +12,8 @@ Contract
   ``pow(2)``; ``deg2rad`` / ``rad2deg`` multiply by a constant; ``clamp`` with
   tensor bounds is ``clamp_min.Tensor`` then ``clamp_max.Tensor``;
   ``addcmul`` / ``addcdiv`` are ``self + value * t1 * t2`` (``/ t2``);
-  ``rsub(other, alpha)`` is ``other - alpha * self``.
+  ``rsub(other, alpha)`` is ``other - alpha * self``; ``sinc`` is NumPy's ``np.sinc``
+  composite; ``div(..., rounding_mode=...)`` is ``rounded_div`` (zero gradient).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import math
 
 import numpy as np
 
-from gradjit.tracer.dispatch import _py, apply, is_scalar, operands
+from gradjit.tracer.dispatch import _py, apply, common_dtype, is_scalar, operands
 
 
 def binop(op, a, b):
@@ -125,6 +126,40 @@ class MathMethods:
         quot = tensor1 / tensor2
         return self + (quot if value == 1 else quot * _py(value))
 
+    def sinc(self):
+        """torch's normalized sinc, sin(pi x) / (pi x), 1 at 0: NumPy's ``np.sinc`` composite
+        (its gradient at 0 is 0); integers and bools give the default float, float64."""
+        from gradjit.tracer.numpy_ufuncs import _sinc   # (it imports this module)
+        return _sinc(self if np.dtype(self.dtype).kind == "f" else self.to(np.float64))
+
     def rsub(self, other, alpha=1):
         scaled = self if alpha == 1 else self * _py(alpha)
         return other - scaled if not is_scalar(_py(other)) else _py(other) - scaled
+
+
+def rounded_div(a, b, rounding_mode):
+    """``a.div(b, rounding_mode=...)``, torch's: "trunc" rounds the quotient toward zero,
+    "floor" down (NumPy's floor_divide: ``//``), in the operands' common dtype, so integers
+    give integers (an integer division by zero gives 0, as NumPy's ``//``; torch raises).
+    The gradient is zero, as torch's: the quotient is computed from detached operands and
+    joined to them by a ``where`` whose other branch, their floors, takes the gradient."""
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found {rounding_mode!r}")
+    from gradjit.tracer.api import where
+    from gradjit.tracer.numpy_shape import floor_divide   # (both import this module)
+    a, b = operands(a, b)
+    dt = common_dtype(a, [a, b])
+    x, y = a.detach().to(dt), b.detach().to(dt)
+    if rounding_mode == "floor":
+        q = floor_divide(x, y)
+    elif dt.kind == "f":
+        q = (x / y).trunc()
+    else:   # (exact below 2**53, as ``//``)
+        q = where(y == 0, 0, (x.to(np.float64) / y.to(np.float64)).trunc()).to(dt)
+    links = [t for t in (a, b) if np.dtype(t.dtype).kind == "f"
+             and getattr(t, "_requires_grad", True)]
+    if dt.kind != "f" or not links:
+        return q
+    link = links[0].floor() if len(links) == 1 else links[0].floor() + links[1].floor()
+    return where(a._const(np.ones((), np.bool_)), q, link.to(dt))

@@ -55,6 +55,7 @@ class NumpyMethods:
 
     __slots__ = ()
     _numpy_promotion = True   # NumPy scalars are strong operands (api._strong)
+    _numpy_indexing = True    # an int beside an integer array is advanced (methods_index)
 
     @property
     def size(self):

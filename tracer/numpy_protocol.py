@@ -4,7 +4,8 @@ Contract: ``array_ufunc`` / ``array_function`` implement ``__array_ufunc__`` /
 ``__array_function__`` for ``ArrayOps`` (Tensor and Tracer) by mapping each
 supported NumPy callable to the torch-named op surface of ``tracer/api.py``.
 Anything else raises ``UnsupportedError`` naming the NumPy function, the
-supported list and the user's line; nothing silently falls back to NumPy.
+supported list and the user's line; nothing silently falls back to NumPy. While one
+runs, tensors follow NumPy's promotion and indexing too (``dispatch.numpy_rules``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import numpy as np
 
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul
+from gradjit.tracer.dispatch import NUMPY_CALL
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer import numpy_reduce as nm
 from gradjit.tracer import numpy_ufunc_methods
@@ -24,6 +26,14 @@ from gradjit.tracer.ufunc_dtypes import conform
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    NUMPY_CALL.depth += 1   # (tensors too follow NumPy's rules in it: dispatch.numpy_rules)
+    try:
+        return _array_ufunc(ufunc, method, inputs, kwargs)
+    finally:
+        NUMPY_CALL.depth -= 1
+
+
+def _array_ufunc(ufunc, method, inputs, kwargs):
     fn = _UFUNCS.get(ufunc)
     if fn is None and _scipy_ufuncs():
         fn = _UFUNCS.get(ufunc)
@@ -52,11 +62,14 @@ def array_function(func, args, kwargs):
     fn = _FUNCTIONS.get(func)
     if fn is None:
         _unsupported(_numpy_name(func))
+    NUMPY_CALL.depth += 1
     try:
         res = fn(*args, **kwargs)
     except TypeError as e:
         _bad_arguments(func, fn, args, kwargs, e)
         raise
+    finally:
+        NUMPY_CALL.depth -= 1
     return res if func in _VIEW_FUNCTIONS else _fresh(res)
 
 

@@ -8,6 +8,8 @@ Contract
   Python numbers, dtypes are ``np.dtype``.
 - Dtype rules follow NumPy 2 (NEP 50: Python scalars are weak), so a float32
   tensor times ``0.5`` stays float32. Float-only math on integers gives float64.
+  Tensor mode keeps torch's rule by casting the operands first where the two differ
+  (``OpDef.promotion``, tracer/dispatch.torch_operands): every op sees NumPy's.
 """
 from __future__ import annotations
 
@@ -96,6 +98,8 @@ def elementwise(schema, impl, rule="promote", numpy=(), methods=()):
     else:
         op = defop(schema, E, _ew(rule, name), _in_result_dtype(impl))
         op.float_math = True
+    if rule != "same":
+        op.promotion = rule
     op.numpy, op.methods = tuple(numpy), tuple(methods)
     return op
 
@@ -160,7 +164,8 @@ def _where_infer(types, attrs):
     return [(broadcast_shapes("where.self", types), np.result_type(types[1].dtype, types[2].dtype))]
 
 
-defop("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", E, _where_infer, np.where)
+defop("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", E, _where_infer,
+      np.where).promotion = "where"
 
 for _cmp, _fn in [("gt", np.greater), ("lt", np.less), ("ge", np.greater_equal),
                   ("le", np.less_equal), ("eq", np.equal), ("ne", np.not_equal)]:

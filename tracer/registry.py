@@ -297,6 +297,11 @@ class OpDef:
     # it with no arguments (``x.sinh()``, ``x.arcsinh()``).
     numpy: tuple = ()
     methods: tuple = ()
+    # How the tensor operands' dtypes combine (the elementwise dtype rule: "promote",
+    # "float", "integral", "bool"; "where": all but the condition; "" when they do not):
+    # tensor mode casts them first where torch's promotion differs from NumPy's
+    # (tracer/dispatch.torch_operands).
+    promotion: str = ""
 
 
 OPS: dict[str, OpDef] = {}

@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 
 from gradjit.tracer import tape
+from gradjit.tracer.advanced_index import torch_split
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
 
@@ -120,9 +121,9 @@ class InplaceMethods:
         self._check_inplace("mul_")
         return self._inplace(self._original(other).mul(other))
 
-    def div_(self, other):
+    def div_(self, other, *, rounding_mode=None):
         self._check_inplace("div_")
-        return self._inplace(self._original(other).div(other))
+        return self._inplace(self._original(other).div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent):
         self._check_inplace("pow_")
@@ -164,22 +165,28 @@ class InplaceMethods:
 
     def __setitem__(self, index, value):
         """``x[index] = value`` with NumPy's index rules (ints, slices, None, Ellipsis,
-        integer arrays, masks; the last write wins on repeats). On a tensor with history
+        integer arrays, masks; the last write wins on repeats), ints applied first as
+        torch's (``torch_split``). On a tensor with history
         or a value that requires grad it is a recorded, differentiable in-place op:
         gradients flow to the untouched part of ``x`` and to ``value``."""
         Tensor = _tensor_class()
         _check_not_a_slice(self, "an assignment (v = y[1:]; v[0] = 1.0)")
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         index = _concrete_index(index, Tensor)
+        split = torch_split(index)   # (ints first, as torch: x[1, :, [1, 4]] is (4, 2) there)
         v = value if isinstance(value, Tensor) else None
         if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):
-            self.data[index] = np.asarray(getattr(value, "data", value))
+            if split is None:
+                self.data[index] = np.asarray(getattr(value, "data", value))
+            else:
+                self.data[split[0]][split[1]] = np.asarray(getattr(value, "data", value))
             self._box[0] += 1
             return
         self._check_inplace("__setitem__")
         from gradjit.tracer.api import apply, where
         n = self.data.size
-        pos = np.arange(n).reshape(self.shape)[index]
+        pos = np.arange(n).reshape(self.shape)
+        pos = pos[index] if split is None else pos[split[0]][split[1]]
         flat_pos = np.asarray(pos).reshape(-1)
         targets, first_rev = np.unique(flat_pos[::-1], return_index=True)
         keep = (len(flat_pos) - 1 - first_rev).astype(np.int64)  # last occurrence of each target
@@ -214,7 +221,7 @@ def _unary_inplace(name):
 
 _UNARY_INPLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                   "neg", "abs", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc",
-                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign")
+                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign", "sinc")
 
 
 def _move_retain(t, fn, index):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from gradjit.runtime import tiers
 
 X = np.arange(24.0).reshape(2, 3, 4)
 INDICES = [0, -1, (slice(None), 1), (Ellipsis, slice(None, None, -1)), (None, 1, slice(0, 3, 2)),
@@ -33,6 +34,39 @@ def test_repeated_indices_accumulate(interpreted):
     np.testing.assert_array_equal(x.grad.data, [3.0, 0.0, 1.0])
     g = gj.grad(lambda a: a.gather(0, np.array([1, 1])).sum())(np.ones(3))
     np.testing.assert_array_equal(g, [0.0, 2.0, 0.0])
+
+
+def test_tensor_ints_index_first_as_torch(executor):
+    """torch applies an int index first, as basic indexing: [1, :, [1, 4, 4]] of a (3, 4, 5)
+    tensor is (4, 3) there; NumPy's rule (int and array separated: their dims first) gives
+    (3, 4), which traced NumPy code keeps. Assignment takes torch's shape too."""
+    x = np.arange(60.0).reshape(3, 4, 5)
+    idx, W = (1, slice(None), [1, 4, 4]), np.arange(12.0).reshape(4, 3)
+    t = gj.tensor(x, requires_grad=True)
+    y = t[idx]
+    assert y.shape == (4, 3)
+    np.testing.assert_array_equal(y.data, x[1][:, [1, 4, 4]])
+    with tiers.forced("sync"):
+        (y * gj.tensor(W)).sum().backward()
+    want = np.zeros_like(x)
+    np.add.at(want[1], (slice(None), [1, 4, 4]), W)
+    np.testing.assert_array_equal(t.grad.data, want)
+    x4 = np.arange(120.0).reshape(2, 3, 4, 5)
+    np.testing.assert_array_equal(gj.tensor(x4)[..., 1, :, [0, 2]].data, x4[:, 1][..., [0, 2]])
+    assert gj.jit(lambda a: a[1, :, [1, 4, 4]])(x).shape == (3, 4)
+    # x[idx] = v: v of torch's shape, without and with gradient
+    idx = (1, slice(None), [1, 4, 0])
+    z = gj.tensor(x)
+    z[idx] = gj.tensor(W)
+    want = x.copy()
+    want[1][:, [1, 4, 0]] = W
+    np.testing.assert_array_equal(z.data, want)
+    v = gj.tensor(W, requires_grad=True)
+    z = gj.tensor(x) * 1.0
+    z[idx] = v
+    np.testing.assert_array_equal(z.data, want)
+    (z * gj.tensor(x)).sum().backward()
+    np.testing.assert_array_equal(v.grad.data, x[1][:, [1, 4, 0]])
 
 
 @pytest.mark.parametrize("executor", ["numpy", "numba"])

@@ -13,6 +13,7 @@ from scipy import special
 
 import gradjit as gj
 from gradjit.lowering import special_cpu as sp
+from gradjit.runtime import tiers
 
 
 def _grads(fn, *arrays):
@@ -102,6 +103,86 @@ def test_integer_inputs_promote_like_numpy(interpreted):
     assert i.maximum(2).dtype == np.int64 and i.maximum(2.5).dtype == np.float64
     assert i.clamp(0, 2).dtype == np.int64 and i.clamp(0.5, 2).dtype == np.float64
     np.testing.assert_array_equal((i % 2).data, [1, 0, 1])
+
+
+def test_tensor_mode_promotes_as_torch(executor):
+    """torch's rule: dimensioned tensors before 0-d ones, by category (bool < int < float);
+    Python scalars weak; float64 the default float. The NumPy front end keeps NumPy's."""
+    f32, i64 = np.array([1.5, -2.0], np.float32), np.array([3, 4])
+    t = gj.tensor
+    cases = [(t(f32) * t(i64), np.float32), (t(f32) + t(np.array(2.0)), np.float32),
+             (t(np.int32([1, 2])) + t(np.array(5)), np.int32), (t(i64) * t(np.float32(2)), np.float32),
+             (t([True, False]) + t(np.int32(2)), np.int32), (t(i64) * 0.5, np.float64),
+             (t(i64) / t(i64), np.float64), (t(f32) * 0.5, np.float32),
+             (t(i64) * t(np.array([1], np.float16)), np.float16),
+             (gj.maximum(t(f32), t(i64)), np.float32), (gj.atan2(t(f32), t(np.array(1.0))), np.float32),
+             (gj.cat([t(f32), t(i64)]), np.float32), (gj.where(t([True, False]), t(f32), t(np.array(2.0))), np.float32),
+             (t(f32) ** t(i64), np.float32), (t(np.array(2.0)) * t(np.array(2, np.int32)), np.float64)]
+    for got, want in cases:
+        assert got.dtype == want, (got, want)
+    np.testing.assert_array_equal((t(f32) * t(i64)).data, f32 * np.float32(i64))
+    # comparisons compute in the promoted dtype: 2**24 + 1 is 2**24 in float32 (torch: True)
+    assert (t([2 ** 24 + 1]) == t(np.float32([2 ** 24]))).item()
+    # the gradient reaches the float32 leaf in its dtype (a cast node, recorded and compiled)
+    w = t(f32, requires_grad=True)
+    with tiers.forced("sync"):
+        for _ in range(2):   # (the second step replays the first's record)
+            w.grad = None
+            y = ((w * t(i64) + t(np.array(0.5))) / t(i64)).sum()
+            y.backward()
+            assert y.dtype == np.float32 and w.grad.dtype == np.float32
+            np.testing.assert_allclose(w.grad.data, np.ones(2))
+    # NumPy's rule where gradjit traces NumPy code, and in NumPy functions given tensors
+    assert gj.jit(lambda a, b: a * b)(f32, i64).dtype == np.float64
+    assert np.multiply(t(f32), t(i64)).dtype == np.float64
+    assert gj.jit(lambda a, b: np.concatenate([a, b]))(f32, i64).dtype == np.float64
+
+
+def test_div_rounding_modes_as_torch(executor):
+    """torch's div(..., rounding_mode): "trunc" toward zero, "floor" down; integers stay
+    integers; the gradient is zero (at a zero divisor too)."""
+    t = gj.tensor
+    a, b = np.array([-7, 7, -8]), np.array([2, -2, 2])
+    q = gj.div(t(a), t(b), rounding_mode="floor")
+    assert q.dtype == np.int64
+    np.testing.assert_array_equal(q.data, [-4, -4, -4])
+    np.testing.assert_array_equal(t(a).div(t(b), rounding_mode="trunc").data, [-3, -3, -4])
+    np.testing.assert_array_equal((t(a) // t(b)).data, [-4, -4, -4])
+    assert t(np.int8([3])).div(2, rounding_mode="floor").dtype == np.int8
+    assert gj.div(t(np.float32([3.0])), t([2]), rounding_mode="floor").dtype == np.float32
+    assert (t([5]) // t(np.float32([2.0]))).dtype == np.float32
+    np.testing.assert_array_equal(t([3]).div(0.5, rounding_mode="floor").data, [6.0])
+    with pytest.raises(ValueError, match="rounding_mode"):
+        t([1.0]).div(t([2.0]), rounding_mode="round")
+    x = t(np.array([-7.5, 7.5, -0.0, 1.0, -1.0, 0.0]), requires_grad=True)
+    y = t(np.array([2.0, -2.0, 1.0, 0.0, 0.0, 0.0]), requires_grad=True)
+    fl, tr = x.div(y, rounding_mode="floor"), gj.div(x, y, rounding_mode="trunc")
+    np.testing.assert_array_equal(fl.data, [-4.0, -4.0, -0.0, np.inf, -np.inf, np.nan])
+    np.testing.assert_array_equal(np.signbit(fl.data[:3]), [True, True, True])
+    np.testing.assert_array_equal(tr.data, [-3.0, -3.0, -0.0, np.inf, -np.inf, np.nan])
+    assert fl.requires_grad and tr.requires_grad
+    with tiers.forced("sync"):
+        (fl + tr * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, np.zeros(6))
+    np.testing.assert_array_equal(y.grad.data, np.zeros(6))
+
+
+def test_sinc_as_torch(executor):
+    """torch.sinc: sin(pi x) / (pi x), 1 at 0 (np.sinc's op), with its gradient; integers
+    give the default float, float64."""
+    xs = np.array([0.0, 0.3, -1.5, 2.0])
+    x = gj.tensor(xs, requires_grad=True)
+    y = gj.sinc(x)
+    np.testing.assert_allclose(y.data, np.sinc(xs), rtol=1e-15, atol=1e-17)
+    with tiers.forced("sync"):
+        (x.sinc() * 2.0).sum().backward()
+    px = np.pi * xs[1:]
+    want = np.r_[0.0, (np.cos(px) * px - np.sin(px)) / (px * xs[1:])]
+    np.testing.assert_allclose(x.grad.data, 2.0 * want, rtol=1e-12, atol=1e-15)
+    assert gj.tensor(np.int8([0, 1])).sinc().dtype == np.float64
+    assert gj.tensor(np.float32([0.5])).sinc().dtype == np.float32
+    g = gj.grad(lambda a: (a.sinc() + a.div(2.0, rounding_mode="floor")).sum())(xs)
+    np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("name, ours, ref, xs", [
