@@ -286,7 +286,9 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
                          f"shape {tuple(a.shape)}")
     if dtype is not None:
         a = a.to(np.dtype(dtype))
-    return a.diagonal(int(offset), axis1, axis2).sum(-1)
+    out = a.diagonal(int(offset), axis1, axis2).sum(-1)
+    # (an integer sum is int64: the result is in dtype, as NumPy's, which sums in it)
+    return out if dtype is None or out.dtype == np.dtype(dtype) else out.to(np.dtype(dtype))
 
 
 def _component(v, i):

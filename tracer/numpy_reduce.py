@@ -8,6 +8,9 @@ Contract
   ``initial=``, ``mean=``; integers and bools averaged in float64), one
   implementation each for ``np.<name>`` (tracer/numpy_protocol.py) and the
   methods of traced values (tracer/numpy_methods.py).
+- ``dtype=``: the result is in it (NumPy accumulates in it: an integer ``mean`` truncates
+  its quotient); ``var`` / ``std`` refuse an integer one. A sum's or product's
+  ``initial=`` is cast to the reduction's dtype.
 - Written on the torch-named surface called unbound (``ArrayOps.sum(a, …)``), so
   they run on tensors and tracers alike and never recurse into NumPy's names.
 - Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
@@ -29,7 +32,7 @@ import numpy as np
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.api import where as _where
 from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep, obj,
-                                       truth, unset)
+                                       truth, unset, unsupported)
 from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
 
@@ -61,12 +64,14 @@ def _reducer(torch_name):
         if isinstance(dtype, (bool, np.bool_)):   # torch's x.sum(dim, keepdim)
             dtype, keepdim = None, bool(dtype)
         a = _dtype(name, a, dtype)
-        if torch_name == "mean":
-            a = _floating(a)
         axis = _axis(name, axis, dim)
         keep = _keep(name, keepdims, keepdim)
         if given(initial) and torch_name == "mean":
             raise TypeError("mean() got an unexpected keyword argument 'initial'")
+        if torch_name == "mean":
+            if dtype is not None and np.dtype(dtype).kind in "biu":
+                return _exact_mean(a, axis, np.dtype(dtype), keep, where)
+            a = _floating(a)
         if given(where):
             m = _mask(a, where)
             if torch_name == "mean":
@@ -80,11 +85,39 @@ def _reducer(torch_name):
             out = _prod(a, axis, keep)
         else:
             out = getattr(ArrayOps, torch_name)(a, axis, keep)
+        out = _in_dtype(out, dtype)
         if given(initial):
-            out = out + initial if torch_name == "sum" else out * initial
+            init = _initial(initial, out.dtype)
+            out = out + init if torch_name == "sum" else out * init
         return out
     fn.__name__ = f"np_{torch_name}"
     return fn
+
+
+def _in_dtype(out, dtype):
+    """The result in the ``dtype=`` asked for: NumPy accumulates in it, while the sum of
+    the cast input is int64 for any integer (sums and products wrap the same way in
+    int32 as in int64 cast to int32, so the values agree)."""
+    return out if dtype is None or out.dtype == np.dtype(dtype) else ArrayOps.to(out, dtype)
+
+
+def _initial(initial, dt):
+    """``initial=`` in the reduction's dtype, as NumPy casts it (an int array's sum with
+    ``initial=0.5`` stays int64, a float32 max with ``np.float64`` initial float32)."""
+    if hasattr(initial, "_apply"):
+        return ArrayOps.to(initial, dt)
+    return np.asarray(initial).astype(dt)[()]
+
+
+def _exact_mean(a, axis, dt, keep, where):
+    """``np.mean`` with an integer or bool ``dtype``: NumPy sums in ``dt`` and divides
+    back into it (an unsafe cast: the quotient truncates toward zero). ``a`` is in ``dt``."""
+    s = np_sum(a, axis, dt, keepdims=keep, where=where)
+    if given(where):
+        n = np_sum(ArrayOps.to(_mask(a, where), np.float64), axis, keepdims=keep)
+    else:
+        n = float(np.prod([a.shape[d] for d in _axes(axis, a.ndim)]))
+    return ArrayOps.to(s / n, dt)
 
 
 def _prod(a, axis, keep):
@@ -148,6 +181,10 @@ def _moment(kind):
             if ddof != 0:
                 raise ValueError("ddof and correction can't be provided simultaneously.")
             ddof = correction
+        if dtype is not None and np.dtype(dtype).kind in "biu":
+            # NumPy truncates the mean, the squares and the quotient into dtype (and its std
+            # of an array fails casting the sqrt back): refused rather than approximated
+            unsupported(f"{name}(..., dtype={np.dtype(dtype).name}) (an integer dtype)")
         a = _floating(_dtype(name, a, dtype))
         keep = _keep(name, keepdims, keepdim)
         if given(where) or given(mean) or _no_axes(axis):
@@ -201,8 +238,8 @@ def _scan(kind):
         a = _dtype(name, a, dtype)
         axis = _axis(name, axis, dim)
         if axis is None:
-            return getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0)
-        return getattr(ArrayOps, kind)(a, axis)
+            return _in_dtype(getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0), dtype)
+        return _in_dtype(getattr(ArrayOps, kind)(a, axis), dtype)
     fn.__name__ = f"np_{kind}"
     return fn
 
@@ -235,7 +272,7 @@ def np_squeeze(a, axis=None):
 def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     unset("np.trace", out=out)
     a = _dtype("np.trace", a, dtype)
-    return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)
+    return _in_dtype(ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1), dtype)
 
 
 # -- reductions to integers and booleans ----------------------------------------------------------
@@ -306,7 +343,7 @@ def _nanscan(kind, fill):
             a = ArrayOps.to(a, np.uint64 if a.dtype.kind == "u" else np.int64)
         if axis is None:
             a, axis = ArrayOps.reshape(a, -1), 0
-        return getattr(ArrayOps, kind)(a, axis)
+        return _in_dtype(getattr(ArrayOps, kind)(a, axis), dtype)
     return fn
 
 

@@ -1622,6 +1622,26 @@ extend("scipy.special.xlogy", lambda rng: [Sample((_small(rng, U8), _small(rng, 
 extend("np.median", lambda rng: [Sample((draw(rng, EMPTY),), desc="empty")])
 
 
+# An integer dtype= gives that dtype (NumPy accumulates in it: int8 products wrap, the mean's
+# quotient truncates), of float input (off the integers, so the casts truncate exactly) and of
+# integer input.
+def _int_dtype_samples(rng):
+    x = rng.integers(-9, 9, (2, 3)) + 0.25 + rng.uniform(-0.1, 0.1, (2, 3))
+    return [Sample((x,), {"axis": 0, "dtype": np.int32}, desc="int dtype", grad=False),
+            Sample((x,), {"dtype": np.int64}, desc="int dtype", grad=False),
+            Sample((rng.integers(-9, 9, (2, 3)) * 3.5,), {"axis": 1, "dtype": np.int8},
+                   desc="int dtype", grad=False),
+            Sample((_small(rng, np.int16),), {"axis": 1, "dtype": np.int32}, grad=False),
+            Sample((_small(rng, np.int64) * 7,), {"dtype": np.int8}, grad=False)]
+
+
+for _n in ("np.sum", "np.prod", "np.mean", "np.nansum", "np.cumsum", "np.cumprod",
+           "np.nancumsum", "np.nancumprod", "ndarray.sum", "ndarray.prod", "ndarray.mean",
+           "ndarray.cumsum", "ndarray.cumprod"):
+    extend(_n, _int_dtype_samples)
+
+
+
 # -- known gradjit bugs (each xfail(strict=True) in the tests: a fix turns it into XPASS) ---------
 KNOWN_BUGS = [   # ([OpInfo names], bug(reason, checks..., when=predicate on the sample))
 ]
