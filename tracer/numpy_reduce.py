@@ -9,8 +9,8 @@ Contract
   implementation each for ``np.<name>`` (tracer/numpy_protocol.py) and the
   methods of traced values (tracer/numpy_methods.py).
 - ``dtype=``: the result is in it (NumPy accumulates in it: an integer ``mean`` truncates
-  its quotient); ``var`` / ``std`` refuse an integer one. A sum's or product's
-  ``initial=`` is cast to the reduction's dtype.
+  its quotient); ``var`` / ``std`` refuse an integer one. ``initial=`` is cast to the
+  reduction's dtype and gives an empty max / min its value.
 - Written on the torch-named surface called unbound (``ArrayOps.sum(a, …)``), so
   they run on tensors and tracers alike and never recurse into NumPy's names.
 - Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
@@ -148,21 +148,39 @@ def _extremum(kind):
             return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
                                            bool(out) if keepdim is None else keepdim)
         unset(name, out=out)
+        keep = _keep(name, keepdims, keepdim)
+        if given(initial):
+            initial = _initial(initial, a.dtype)
         if given(where):
             if not given(initial):
                 raise ValueError(f"reduction operation '{kind}imum' does not have an identity, "
                                  f"so to use a where mask one has to specify 'initial'")
             a = select(_mask(a, where), a, initial)
+        if given(initial) and _empty(a, axis):
+            return _filled(a, axis, keep, initial)
         if _no_axes(axis):
             res = a.clone()
         else:
-            res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis,
-                                                _keep(name, keepdims, keepdim))
-        if given(initial):
+            res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis, keep)
+        if given(initial):   # (a tie with initial sends half the gradient to a: maximum's rule)
             res = getattr(ArrayOps, f"{kind}imum")(res, initial)
         return res
     fn.__name__ = f"np_{kind}"
     return fn
+
+
+def _empty(a, axis):
+    """Whether the reduction is over no element (only ``initial=`` gives it a value)."""
+    return not _no_axes(axis) and any(a.shape[d] == 0 for d in _axes(axis, a.ndim))
+
+
+def _filled(a, axis, keep, initial):
+    """An empty max / min with ``initial``: that value in the result's shape. Nothing of
+    ``a`` reaches it, so its gradient is zero (an empty array, as ``a`` is)."""
+    shape = np.sum(np.zeros(tuple(a.shape), bool), axis=axis, keepdims=keep).shape
+    if hasattr(initial, "_apply"):
+        return ArrayOps.expand(initial, shape).clone()
+    return a._const(np.full(shape, initial, a.dtype))
 
 
 np_max, np_min = _extremum("max"), _extremum("min")

@@ -1641,6 +1641,25 @@ for _n in ("np.sum", "np.prod", "np.mean", "np.nansum", "np.cumsum", "np.cumprod
     extend(_n, _int_dtype_samples)
 
 
+# initial= on an empty reduction is the result (max / min too, which have no identity); it is
+# cast to the reduction's dtype (an int64 max with initial=2.5 stays int64); where it beats
+# every element the elements get no gradient
+def _initial_samples(big):
+    return lambda rng: [
+        Sample((np.zeros(EMPTY),), {"axis": 0, "initial": -1.5}, desc="empty initial"),
+        Sample((np.zeros(EMPTY),), {"initial": 2.0}, desc="empty initial"),
+        Sample((np.zeros((2, 0)),), {"axis": 1, "keepdims": True, "initial": 0.5},
+               desc="empty initial"),
+        Sample((np.zeros((2, 0, 3)),), {"axis": (0, 1), "initial": 0.5}, desc="empty initial"),
+        Sample((_small(rng, np.int64),), {"axis": 0, "initial": 2.5}, desc="int initial"),
+        Sample((draw(rng, (2, 3), "distinct"),), {"axis": 1, "initial": big},
+               desc="initial wins")]
+
+
+for _n, _big in [("np.max", 9.0), ("np.amax", 9.0), ("np.min", -9.0), ("np.amin", -9.0),
+                 ("np.sum", 9.0), ("np.prod", 9.0)]:
+    extend(_n, _initial_samples(_big))
+
 
 # -- known gradjit bugs (each xfail(strict=True) in the tests: a fix turns it into XPASS) ---------
 KNOWN_BUGS = [   # ([OpInfo names], bug(reason, checks..., when=predicate on the sample))
