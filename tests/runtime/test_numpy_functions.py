@@ -481,6 +481,16 @@ def test_errors_name_the_function(interpreted):
         np.gradient(gj.tensor(r(2)), edge_order=2)
     with pytest.raises(ZeroDivisionError, match="Weights sum to zero"):
         np.average(t, axis=1, weights=np.zeros(4))
+    # concrete weights under a trace: NumPy's check (it gave NaN); traced ones have no value
+    for w in (np.zeros(4), np.array([1.0, -1.0, 0.0, 0.0]), [0.0, 0.0, 0.0, 0.0]):
+        with pytest.raises(ZeroDivisionError, match="Weights sum to zero") as e:
+            gj.jit(lambda a: np.average(a, axis=1, weights=w))(X34)
+        assert "test_numpy_functions.py" in str(e.value)   # the user's line
+    with pytest.raises(ZeroDivisionError, match="Weights sum to zero"):
+        gj.jit(lambda a: np.average(a, axis=1, weights=np.zeros(4)))(X34)   # (made in the trace)
+    with pytest.raises(ZeroDivisionError, match="Weights sum to zero"):
+        gj.jit(lambda a: np.average(a, axis=(1, 0), weights=np.zeros((4, 3))))(X34)
+    assert np.isnan(gj.jit(lambda w: np.average(X34, axis=1, weights=w))(np.zeros(4))).all()
     with pytest.raises(TypeError, match="Axis must be specified"):
         np.average(t, weights=np.ones(4))
     with pytest.raises(ValueError, match="order must be non-negative"):
