@@ -10,7 +10,8 @@ Contract
   methods of traced values (tracer/numpy_methods.py).
 - ``dtype=``: the result is in it (NumPy accumulates in it: an integer ``mean`` truncates
   its quotient); ``var`` / ``std`` refuse an integer one. ``initial=`` is cast to the
-  reduction's dtype and gives an empty max / min its value.
+  reduction's dtype and gives an empty max / min its value. An axis named twice raises
+  NumPy's ``ValueError``.
 - Written on the torch-named surface called unbound (``ArrayOps.sum(a, …)``), so
   they run on tensors and tracers alike and never recurse into NumPy's names.
 - Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
@@ -31,8 +32,8 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.api import where as _where
-from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep, obj,
-                                       truth, unset, unsupported)
+from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep,
+                                       no_repeats, obj, truth, unset, unsupported)
 from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
 
@@ -65,6 +66,7 @@ def _reducer(torch_name):
             dtype, keepdim = None, bool(dtype)
         a = _dtype(name, a, dtype)
         axis = _axis(name, axis, dim)
+        no_repeats(axis, a.ndim)
         keep = _keep(name, keepdims, keepdim)
         if given(initial) and torch_name == "mean":
             raise TypeError("mean() got an unexpected keyword argument 'initial'")
@@ -148,6 +150,7 @@ def _extremum(kind):
             return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
                                            bool(out) if keepdim is None else keepdim)
         unset(name, out=out)
+        no_repeats(axis, a.ndim)
         keep = _keep(name, keepdims, keepdim)
         if given(initial):
             initial = _initial(initial, a.dtype)
@@ -203,6 +206,7 @@ def _moment(kind):
             # NumPy truncates the mean, the squares and the quotient into dtype (and its std
             # of an array fails casting the sqrt back): refused rather than approximated
             unsupported(f"{name}(..., dtype={np.dtype(dtype).name}) (an integer dtype)")
+        no_repeats(axis, a.ndim)
         a = _floating(_dtype(name, a, dtype))
         keep = _keep(name, keepdims, keepdim)
         if given(where) or given(mean) or _no_axes(axis):
@@ -277,6 +281,7 @@ def np_transpose(a, axes=None):
 def np_squeeze(a, axis=None):
     if axis is None:
         return ArrayOps.squeeze(a)
+    no_repeats(axis, a.ndim)
     axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
     dims = sorted({int(d) % max(a.ndim, 1) for d in axes}, reverse=True)
     for d in dims:
@@ -321,6 +326,7 @@ def _count(t, axis, keepdims):
     """How many True in bool ``t`` along ``axis`` (int64); ``axis=()`` reduces nothing."""
     if axis == ():
         return ArrayOps.to(t, _BIG)
+    no_repeats(axis, t.ndim)
     return ArrayOps.sum(t, axis, keep(keepdims))
 
 

@@ -448,6 +448,30 @@ def test_index_tricks(make, interpreted):
                                atol=1e-7)
 
 
+_DUPLICATE_AXES = [lambda a: np.sum(a, axis=(0, 0)), lambda a: np.mean(a, axis=(0, -2)),
+                   lambda a: np.prod(a, axis=(1, 1)), lambda a: np.max(a, axis=(0, -2)),
+                   lambda a: np.amin(a, axis=(-1, 1)), lambda a: np.var(a, axis=(0, 0)),
+                   lambda a: np.std(a, axis=(1, -1)), lambda a: np.nansum(a, axis=(0, 0)),
+                   lambda a: np.ptp(a, axis=(0, 0)), lambda a: np.any(a, axis=(0, -2)),
+                   lambda a: np.all(a, axis=(1, 1)), lambda a: np.count_nonzero(a, axis=(0, 0)),
+                   lambda a: a.sum(axis=(0, 0)), lambda a: a.max(axis=(1, -1)),
+                   lambda a: np.add.reduce(a, axis=(0, 0)),
+                   lambda a: np.squeeze(a[:1, :1], axis=(0, -2))]
+
+
+@pytest.mark.parametrize("k", range(len(_DUPLICATE_AXES)))
+def test_an_axis_named_twice_raises_as_numpy(k, interpreted):
+    f = _DUPLICATE_AXES[k]
+    with pytest.raises(ValueError, match="duplicate value in 'axis'"):
+        f(X34)   # (NumPy's own)
+    with pytest.raises(ValueError, match="duplicate value in 'axis'") as e:
+        gj.jit(f)(X34)   # (it reduced the axis once)
+    assert "test_numpy_functions.py" in str(e.value)   # the user's line
+    if k < 12:   # (a tensor's methods are torch's)
+        with pytest.raises(ValueError, match="duplicate value in 'axis'"):
+            f(gj.tensor(X34))
+
+
 def test_errors_name_the_function(interpreted):
     t = gj.tensor(X34)
     with pytest.raises(TypeError, match=r"argmax\(\) got an unexpected keyword argument 'axes'"):
