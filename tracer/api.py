@@ -326,8 +326,9 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     # (``axis=`` / ``keepdims=``: NumPy's spellings, accepted as torch accepts ``axis``)
     def sum(self, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
         keepdim = keepdim if keepdims is None else keepdims
-        if dtype is not None:   # (torch: the input is cast first)
-            return self.to(dtype).sum(dim, keepdim, axis=axis)
+        if dtype is not None:   # (torch: the input is cast first, the sum is in dtype)
+            out = self.to(dtype).sum(dim, keepdim, axis=axis)
+            return out if out.dtype == np.dtype(dtype) else out.to(dtype)
         if dim is None and axis is None and not keepdim:
             return self._apply("sum.default", [self], {})
         return self._reduce("sum", dim if axis is None else axis, keepdim)

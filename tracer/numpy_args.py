@@ -5,7 +5,8 @@ NumPy-function modules.
 Contract: ``UnsupportedError`` is the error for a NumPy call or argument gradjit does
 not trace (``unsupported(what)`` raises it naming ``what`` and the user's line);
 ``unset`` refuses keywords given a value gradjit cannot honour; ``_axis`` / ``_keep``
-take NumPy's ``axis`` / ``keepdims`` or torch's ``dim`` / ``keepdim`` spellings.
+take NumPy's ``axis`` / ``keepdims`` or torch's ``dim`` / ``keepdim`` spellings;
+``no_repeats`` raises NumPy's error for an axis named twice.
 
 The NumPy-function modules (numpy_ufuncs, numpy_reduce's integer and boolean
 reductions, numpy_joins, numpy_pad, numpy_grids, numpy_stats, numpy_shape's
@@ -36,7 +37,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import ArrayOps
-from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 
 class UnsupportedError(GradjitError, TypeError):
@@ -54,6 +55,18 @@ def _axis(name, axis, dim):
             raise TypeError(f"{name}() got both axis= and dim=")
         return dim
     return axis
+
+
+def no_repeats(axis, ndim):
+    """NumPy's ``ValueError`` for an axis named twice (``axis=(0, 0)``, or ``(0, -2)`` on
+    2-D): torch's reductions take their dims as a set, so the check is made here. Axes out
+    of range are left to the reduction's own bounds check (NumPy reports those first)."""
+    if axis is None or isinstance(axis, numbers.Integral):
+        return
+    dims = [int(d) for d in axis]
+    if all(-ndim <= d < max(ndim, 1) for d in dims) and \
+            len({d % max(ndim, 1) for d in dims}) < len(dims):
+        raise ShapeError("duplicate value in 'axis'", user_site())
 
 
 def _keep(name, keepdims, keepdim):

@@ -186,8 +186,10 @@ def qr(a, mode="reduced"):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = operands(x, floating=True)
-    if isinstance(axis, (tuple, list)) and len(axis) > 2:
-        raise ValueError("Improper number of dimensions to norm.")
+    # NumPy: an ord with no axis means every axis, a vector's or a matrix's norm only
+    if isinstance(axis, (tuple, list)) and len(axis) > 2 or (
+            axis is None and ord is not None and x.ndim not in (1, 2)):
+        raise ShapeError("Improper number of dimensions to norm.", user_site())
     if isinstance(axis, (tuple, list)) and len(axis) == 2 or (axis is None and x.ndim == 2
                                                               and ord is not None):
         return L.matrix_norm(x, "fro" if ord is None else ord, axis or (-2, -1), keepdims)
@@ -286,7 +288,9 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
                          f"shape {tuple(a.shape)}")
     if dtype is not None:
         a = a.to(np.dtype(dtype))
-    return a.diagonal(int(offset), axis1, axis2).sum(-1)
+    out = a.diagonal(int(offset), axis1, axis2).sum(-1)
+    # (an integer sum is int64: the result is in dtype, as NumPy's, which sums in it)
+    return out if dtype is None or out.dtype == np.dtype(dtype) else out.to(np.dtype(dtype))
 
 
 def _component(v, i):

@@ -8,6 +8,10 @@ Contract
   ``initial=``, ``mean=``; integers and bools averaged in float64), one
   implementation each for ``np.<name>`` (tracer/numpy_protocol.py) and the
   methods of traced values (tracer/numpy_methods.py).
+- ``dtype=``: the result is in it (NumPy accumulates in it: an integer ``mean`` truncates
+  its quotient); ``var`` / ``std`` refuse an integer one. ``initial=`` is cast to the
+  reduction's dtype and gives an empty max / min its value. An axis named twice raises
+  NumPy's ``ValueError``.
 - Written on the torch-named surface called unbound (``ArrayOps.sum(a, …)``), so
   they run on tensors and tracers alike and never recurse into NumPy's names.
 - Torch's forms reach torch's behaviour (``dim=``/``keepdim=``/``unbiased=``
@@ -28,8 +32,8 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.api import where as _where
-from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep, obj,
-                                       truth, unset)
+from gradjit.tracer.numpy_args import (_axis, _dtype, _keep, checked, given, keep,
+                                       no_repeats, obj, truth, unset, unsupported)
 from gradjit.tracer.ops import _sum_dtype
 from gradjit.tracer.ops_reduce import std_from_var
 
@@ -61,12 +65,15 @@ def _reducer(torch_name):
         if isinstance(dtype, (bool, np.bool_)):   # torch's x.sum(dim, keepdim)
             dtype, keepdim = None, bool(dtype)
         a = _dtype(name, a, dtype)
-        if torch_name == "mean":
-            a = _floating(a)
         axis = _axis(name, axis, dim)
+        no_repeats(axis, a.ndim)
         keep = _keep(name, keepdims, keepdim)
         if given(initial) and torch_name == "mean":
             raise TypeError("mean() got an unexpected keyword argument 'initial'")
+        if torch_name == "mean":
+            if dtype is not None and np.dtype(dtype).kind in "biu":
+                return _exact_mean(a, axis, np.dtype(dtype), keep, where)
+            a = _floating(a)
         if given(where):
             m = _mask(a, where)
             if torch_name == "mean":
@@ -80,11 +87,39 @@ def _reducer(torch_name):
             out = _prod(a, axis, keep)
         else:
             out = getattr(ArrayOps, torch_name)(a, axis, keep)
+        out = _in_dtype(out, dtype)
         if given(initial):
-            out = out + initial if torch_name == "sum" else out * initial
+            init = _initial(initial, out.dtype)
+            out = out + init if torch_name == "sum" else out * init
         return out
     fn.__name__ = f"np_{torch_name}"
     return fn
+
+
+def _in_dtype(out, dtype):
+    """The result in the ``dtype=`` asked for: NumPy accumulates in it, while the sum of
+    the cast input is int64 for any integer (sums and products wrap the same way in
+    int32 as in int64 cast to int32, so the values agree)."""
+    return out if dtype is None or out.dtype == np.dtype(dtype) else ArrayOps.to(out, dtype)
+
+
+def _initial(initial, dt):
+    """``initial=`` in the reduction's dtype, as NumPy casts it (an int array's sum with
+    ``initial=0.5`` stays int64, a float32 max with ``np.float64`` initial float32)."""
+    if hasattr(initial, "_apply"):
+        return ArrayOps.to(initial, dt)
+    return np.asarray(initial).astype(dt)[()]
+
+
+def _exact_mean(a, axis, dt, keep, where):
+    """``np.mean`` with an integer or bool ``dtype``: NumPy sums in ``dt`` and divides
+    back into it (an unsafe cast: the quotient truncates toward zero). ``a`` is in ``dt``."""
+    s = np_sum(a, axis, dt, keepdims=keep, where=where)
+    if given(where):
+        n = np_sum(ArrayOps.to(_mask(a, where), np.float64), axis, keepdims=keep)
+    else:
+        n = float(np.prod([a.shape[d] for d in _axes(axis, a.ndim)]))
+    return ArrayOps.to(s / n, dt)
 
 
 def _prod(a, axis, keep):
@@ -115,21 +150,40 @@ def _extremum(kind):
             return getattr(ArrayOps, kind)(a, axis if dim is None else dim,
                                            bool(out) if keepdim is None else keepdim)
         unset(name, out=out)
+        no_repeats(axis, a.ndim)
+        keep = _keep(name, keepdims, keepdim)
+        if given(initial):
+            initial = _initial(initial, a.dtype)
         if given(where):
             if not given(initial):
                 raise ValueError(f"reduction operation '{kind}imum' does not have an identity, "
                                  f"so to use a where mask one has to specify 'initial'")
             a = select(_mask(a, where), a, initial)
+        if given(initial) and _empty(a, axis):
+            return _filled(a, axis, keep, initial)
         if _no_axes(axis):
             res = a.clone()
         else:
-            res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis,
-                                                _keep(name, keepdims, keepdim))
-        if given(initial):
+            res = getattr(ArrayOps, f"a{kind}")(a, () if axis is None else axis, keep)
+        if given(initial):   # (a tie with initial sends half the gradient to a: maximum's rule)
             res = getattr(ArrayOps, f"{kind}imum")(res, initial)
         return res
     fn.__name__ = f"np_{kind}"
     return fn
+
+
+def _empty(a, axis):
+    """Whether the reduction is over no element (only ``initial=`` gives it a value)."""
+    return not _no_axes(axis) and any(a.shape[d] == 0 for d in _axes(axis, a.ndim))
+
+
+def _filled(a, axis, keep, initial):
+    """An empty max / min with ``initial``: that value in the result's shape. Nothing of
+    ``a`` reaches it, so its gradient is zero (an empty array, as ``a`` is)."""
+    shape = np.sum(np.zeros(tuple(a.shape), bool), axis=axis, keepdims=keep).shape
+    if hasattr(initial, "_apply"):
+        return ArrayOps.expand(initial, shape).clone()
+    return a._const(np.full(shape, initial, a.dtype))
 
 
 np_max, np_min = _extremum("max"), _extremum("min")
@@ -148,6 +202,11 @@ def _moment(kind):
             if ddof != 0:
                 raise ValueError("ddof and correction can't be provided simultaneously.")
             ddof = correction
+        if dtype is not None and np.dtype(dtype).kind in "biu":
+            # NumPy truncates the mean, the squares and the quotient into dtype (and its std
+            # of an array fails casting the sqrt back): refused rather than approximated
+            unsupported(f"{name}(..., dtype={np.dtype(dtype).name}) (an integer dtype)")
+        no_repeats(axis, a.ndim)
         a = _floating(_dtype(name, a, dtype))
         keep = _keep(name, keepdims, keepdim)
         if given(where) or given(mean) or _no_axes(axis):
@@ -201,8 +260,8 @@ def _scan(kind):
         a = _dtype(name, a, dtype)
         axis = _axis(name, axis, dim)
         if axis is None:
-            return getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0)
-        return getattr(ArrayOps, kind)(a, axis)
+            return _in_dtype(getattr(ArrayOps, kind)(ArrayOps.reshape(a, -1), 0), dtype)
+        return _in_dtype(getattr(ArrayOps, kind)(a, axis), dtype)
     fn.__name__ = f"np_{kind}"
     return fn
 
@@ -222,6 +281,7 @@ def np_transpose(a, axes=None):
 def np_squeeze(a, axis=None):
     if axis is None:
         return ArrayOps.squeeze(a)
+    no_repeats(axis, a.ndim)
     axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
     dims = sorted({int(d) % max(a.ndim, 1) for d in axes}, reverse=True)
     for d in dims:
@@ -235,7 +295,7 @@ def np_squeeze(a, axis=None):
 def np_trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     unset("np.trace", out=out)
     a = _dtype("np.trace", a, dtype)
-    return ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1)
+    return _in_dtype(ArrayOps.sum(ArrayOps.diagonal(a, offset, axis1, axis2), -1), dtype)
 
 
 # -- reductions to integers and booleans ----------------------------------------------------------
@@ -266,6 +326,7 @@ def _count(t, axis, keepdims):
     """How many True in bool ``t`` along ``axis`` (int64); ``axis=()`` reduces nothing."""
     if axis == ():
         return ArrayOps.to(t, _BIG)
+    no_repeats(axis, t.ndim)
     return ArrayOps.sum(t, axis, keep(keepdims))
 
 
@@ -306,7 +367,7 @@ def _nanscan(kind, fill):
             a = ArrayOps.to(a, np.uint64 if a.dtype.kind == "u" else np.int64)
         if axis is None:
             a, axis = ArrayOps.reshape(a, -1), 0
-        return getattr(ArrayOps, kind)(a, axis)
+        return _in_dtype(getattr(ArrayOps, kind)(a, axis), dtype)
     return fn
 
 

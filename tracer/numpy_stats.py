@@ -11,8 +11,9 @@ Contract
   (a number or an array: its dimensions come first in the result), ``axis`` None or one
   int, ``keepdims``; the sorted values are interpolated, so the gradient goes to the two
   order statistics around each quantile.
-- ``average``: weights checked not to sum to zero only when they are concrete (a
-  traced sum has no value yet).
+- ``average``: weights checked not to sum to zero (NumPy's ``ZeroDivisionError``) when
+  they are concrete: a NumPy array or a tensor's values (traced ones have no value yet:
+  their zero sum gives NaN).
 - ``cov`` / ``corrcoef``: ``m``, ``y``, ``rowvar``, ``bias``, ``ddof``, ``dtype``; weights
   are refused. ``corrcoef`` clips to [-1, 1] as NumPy does.
 - ``convolve`` / ``correlate``: 1-D, modes 'full', 'same', 'valid', either operand traced,
@@ -35,10 +36,15 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from gradjit.tracer.api import ArrayOps as A
-from gradjit.tracer.methods_index import _concrete, cat
+from gradjit.tracer.methods_index import cat
 from gradjit.tracer.numpy_args import checked, is_obj, keep, like_of, obj, unsupported
+from gradjit.tracer.registry import GradjitError, user_site
 
 _F64 = np.dtype(np.float64)
+
+
+class WeightsSumToZeroError(GradjitError, ZeroDivisionError):
+    """NumPy's error for ``np.average`` weights summing to zero, with the user's line."""
 
 
 def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -287,6 +293,16 @@ def _sum(x, axes, keepdims):
     return x if axes == () else A.sum(x, axes, keepdims)
 
 
+def _known(x):
+    """The values of a constant gradjit array (a tensor's, or a traced value's that is a
+    graph constant: an array NumPy made while tracing, which the guards retrace on when
+    it changes), or None for a traced value that has none yet."""
+    if hasattr(x, "data"):
+        return np.asarray(x.data)
+    consts = getattr(getattr(x, "graph", None), "constants", None)
+    return None if consts is None else consts.get(x.value)
+
+
 def _average(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
     like = like_of(a, weights)
     a = obj(a, like)
@@ -297,7 +313,7 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue
         avg = x if axes == () else A.mean(x, axes, kd)
         scl = like._const(np.full(avg.shape, a.numel() / avg.numel(), avg.dtype))
     else:
-        w = obj(weights, like)
+        w = w0 = obj(weights, like)
         if a.shape != w.shape:
             if axes is None:
                 raise TypeError("Axis must be specified when shapes of a and weights differ.")
@@ -309,9 +325,13 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue
         rdt = np.result_type(a.dtype, w.dtype, *("f8",) * (a.dtype.kind in "biu"))
         w = A.to(w, rdt)
         scl = _sum(w, axes, kd)
-        known = _concrete(scl)
-        if known is not None and np.any(known == 0.0):
-            raise ZeroDivisionError("Weights sum to zero, can't be normalized")
+        # NumPy's check needs the weights' values: a NumPy array's or a tensor's. Traced
+        # weights have none while tracing, so a zero sum of theirs gives NaN (0 / 0).
+        known = _known(w0)
+        if known is not None and known.shape != a.shape and axes:   # (laid out as w)
+            known = known.transpose(np.argsort(axes)).reshape(w.shape)
+        if known is not None and np.any(np.sum(known, axis=axes, dtype=rdt) == 0):
+            raise WeightsSumToZeroError("Weights sum to zero, can't be normalized", user_site())
         avg = A.div(_sum(A.mul(A.to(a, rdt), w), axes, kd), scl)
         scl = A.expand(scl, avg.shape)
     return (avg, scl) if returned else avg

@@ -1622,6 +1622,45 @@ extend("scipy.special.xlogy", lambda rng: [Sample((_small(rng, U8), _small(rng, 
 extend("np.median", lambda rng: [Sample((draw(rng, EMPTY),), desc="empty")])
 
 
+# An integer dtype= gives that dtype (NumPy accumulates in it: int8 products wrap, the mean's
+# quotient truncates), of float input (off the integers, so the casts truncate exactly) and of
+# integer input.
+def _int_dtype_samples(rng):
+    x = rng.integers(-9, 9, (2, 3)) + 0.25 + rng.uniform(-0.1, 0.1, (2, 3))
+    return [Sample((x,), {"axis": 0, "dtype": np.int32}, desc="int dtype", grad=False),
+            Sample((x,), {"dtype": np.int64}, desc="int dtype", grad=False),
+            Sample((rng.integers(-9, 9, (2, 3)) * 3.5,), {"axis": 1, "dtype": np.int8},
+                   desc="int dtype", grad=False),
+            Sample((_small(rng, np.int16),), {"axis": 1, "dtype": np.int32}, grad=False),
+            Sample((_small(rng, np.int64) * 7,), {"dtype": np.int8}, grad=False)]
+
+
+for _n in ("np.sum", "np.prod", "np.mean", "np.nansum", "np.cumsum", "np.cumprod",
+           "np.nancumsum", "np.nancumprod", "ndarray.sum", "ndarray.prod", "ndarray.mean",
+           "ndarray.cumsum", "ndarray.cumprod"):
+    extend(_n, _int_dtype_samples)
+
+
+# initial= on an empty reduction is the result (max / min too, which have no identity); it is
+# cast to the reduction's dtype (an int64 max with initial=2.5 stays int64); where it beats
+# every element the elements get no gradient
+def _initial_samples(big):
+    return lambda rng: [
+        Sample((np.zeros(EMPTY),), {"axis": 0, "initial": -1.5}, desc="empty initial"),
+        Sample((np.zeros(EMPTY),), {"initial": 2.0}, desc="empty initial"),
+        Sample((np.zeros((2, 0)),), {"axis": 1, "keepdims": True, "initial": 0.5},
+               desc="empty initial"),
+        Sample((np.zeros((2, 0, 3)),), {"axis": (0, 1), "initial": 0.5}, desc="empty initial"),
+        Sample((_small(rng, np.int64),), {"axis": 0, "initial": 2.5}, desc="int initial"),
+        Sample((draw(rng, (2, 3), "distinct"),), {"axis": 1, "initial": big},
+               desc="initial wins")]
+
+
+for _n, _big in [("np.max", 9.0), ("np.amax", 9.0), ("np.min", -9.0), ("np.amin", -9.0),
+                 ("np.sum", 9.0), ("np.prod", 9.0)]:
+    extend(_n, _initial_samples(_big))
+
+
 # -- known gradjit bugs (each xfail(strict=True) in the tests: a fix turns it into XPASS) ---------
 KNOWN_BUGS = [   # ([OpInfo names], bug(reason, checks..., when=predicate on the sample))
 ]

@@ -8,7 +8,8 @@ the case table ``cases_empty.py``. Here, as torch defines them:
   compiled (``gj.jit``) agree, and their gradients are empty arrays;
 - reductions without identity (amax / amin / max / min, inf-norms) over
   nothing raise a ``ShapeError`` naming the op, the shape and the user's line,
-  in tensor mode and at trace time under ``gj.grad``;
+  in tensor mode and at trace time under ``gj.grad``; NumPy's ``initial=`` is the
+  value of such a reduction (an empty gradient);
 - ``reshape`` with ``-1`` of an empty tensor is ambiguous and raises;
 - float32 gradients of empty inputs stay float32 (interpreted and compiled).
 """
@@ -111,6 +112,21 @@ def test_reductions_without_identity_over_non_empty_dims_of_empty_tensors(interp
     assert out.shape == (0,)
     out.sum().backward()
     assert x.grad.shape == (0, 3)
+
+
+def test_numpy_initial_is_the_value_of_an_empty_reduction(executor):
+    """NumPy's ``initial=`` gives max / min over nothing a value (it raised the ShapeError
+    above); the gradient of such a result with respect to the empty input is empty."""
+    def f(x):
+        return (np.max(x, axis=0, initial=-1.0), np.amin(x, initial=2.0),
+                np.min(x.T, axis=1, keepdims=True, initial=0.5), x.max(axis=0, initial=3.0),
+                np.maximum.reduce(x, axis=0, initial=1.5), np.sum(x, axis=0, initial=2.0),
+                np.prod(x, initial=3.0), np.max(x, axis=1, initial=1.0))
+    for got, want in zip(gj.jit(f)(X), f(X), strict=True):
+        assert np.asarray(got).dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    g = gj.grad(lambda x: sum((v * 1.5).sum() for v in f(x)))(X)
+    assert g.shape == X.shape and g.dtype == X.dtype
 
 
 def test_reshape_minus_one_of_empty_is_ambiguous(interpreted):

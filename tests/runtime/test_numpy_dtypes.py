@@ -7,7 +7,8 @@ rules run through the Numba code generator too (the ``executor`` fixture), in ``
 - float ufuncs of int8 / uint8 / bool give float16, of int16 / uint16 float32 (NumPy's
   smallest float loop; Numba has no float16, so such a graph runs on the interpreter);
 - np.reciprocal of integers is integer, np.square of bool int8;
-- sum / prod / cumsum / cumprod of unsigned integers accumulate in uint64;
+- sum / prod / cumsum / cumprod of unsigned integers accumulate in uint64; with an integer
+  ``dtype=`` their result (mean's too, truncated) is in it;
 - scipy.special.xlogy(float32 array, Python float) is float64 (SciPy's loop);
 - bit operations (& | ^ ~ << >>) of integers of every width, bools and Python ints (weak:
   uint8 & 5 is uint8), shift counts past the width included;
@@ -28,6 +29,7 @@ import scipy.special as sp
 import gradjit as gj
 from tests.marks import COMPILED_SLOW
 from gradjit.runtime.tiers import holds_float16
+from gradjit.tracer.numpy_args import UnsupportedError
 from gradjit.tracer.trace import trace
 from tests.fd import numerical_grad
 
@@ -94,6 +96,32 @@ def test_sum_prod_cumsum_accumulators(dt, executor):
         want = f(x)
         _same(got, want)
         _same(f(gj.tensor(x)), want)
+
+
+@pytest.mark.parametrize("x", [np.array([[0.6, 1.7, -2.2], [1.4, 0.2, 3.9]]) * 3,
+                               _X.astype(np.int16)], ids=["float", "int16"])
+def test_integer_dtype_of_reductions_and_scans(x, executor):
+    # the result is in dtype= (it was int64, and mean's float64); NumPy accumulates in it:
+    # int8 products wrap, and the mean's quotient truncates toward zero ([1, 5, -6] -> 0)
+    fs = (lambda a: np.sum(a, axis=0, dtype=np.int32), lambda a: np.sum(a, dtype=np.uint8),
+          lambda a: np.cumsum(a, dtype=np.int32), lambda a: np.cumprod(a, axis=1, dtype=np.int16),
+          lambda a: np.prod(a * 5, axis=0, dtype=np.int8), lambda a: np.nansum(a, dtype=np.int32),
+          lambda a: np.nancumsum(a, axis=0, dtype=np.int32),
+          lambda a: np.mean(a, axis=1, dtype=np.int64), lambda a: np.mean(a, dtype=np.int32),
+          lambda a: np.mean(a, axis=0, dtype=np.int64, keepdims=True),
+          lambda a: np.mean(a, axis=1, dtype=np.int64, where=np.array([True, False, True])),
+          lambda a: np.trace(a, dtype=np.int32), lambda a: np.sum(a, axis=1, dtype=np.float32),
+          lambda a: np.sum(a, initial=0.5))
+    methods = (lambda a: a.sum(axis=1, dtype=np.int32), lambda a: a.mean(axis=1, dtype=np.int64),
+               lambda a: a.cumprod(dtype=np.int32))   # (NumPy's: a traced array's methods)
+    gots = gj.jit(lambda a: tuple(f(a) for f in fs + methods))(x)   # (one compile per dtype)
+    for f, got in zip(fs + methods, gots, strict=True):
+        _same(got, f(x))
+    for f in fs:
+        _same(f(gj.tensor(x)), f(x))
+    _same(gj.tensor(x).sum(1, dtype=np.int32), np.sum(x, 1, dtype=np.int32))   # (torch's too)
+    with pytest.raises(UnsupportedError, match=r"np.var\(\.\.\., dtype=int64\)"):
+        gj.jit(lambda a: np.var(a, axis=1, dtype=np.int64))(x)
 
 
 def test_xlogy_float32_with_python_float(executor):

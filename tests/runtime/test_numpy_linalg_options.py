@@ -48,3 +48,9 @@ def test_linalg_shape_errors_are_numpys(interpreted):
         gj.grad(lambda a: np.linalg.cholesky(a).sum())(np.ones((4, 3)))
     with pytest.raises(ValueError, match="Improper number of dimensions to norm"):
         gj.jit(lambda a: np.linalg.norm(a, axis=(0, 1, 2)))(np.ones((2, 2, 2)))
+    # an ord with no axis: every axis, so only 1-D and 2-D (it was the flat 2-norm)
+    for ord_, shape in [(2, (2, 2, 2)), ("fro", (1, 2, 2)), (1, (2, 1, 2)), (np.inf, ())]:
+        with pytest.raises(ValueError, match="Improper number of dimensions to norm") as e:
+            gj.jit(lambda a: np.linalg.norm(a, ord=ord_))(np.ones(shape))
+        assert "test_numpy_linalg_options.py" in str(e.value)   # the user's line
+    assert gj.jit(lambda a: np.linalg.norm(a))(np.ones((2, 2, 2))) == np.linalg.norm(np.ones(8))
