@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 
 inf, nan = np.inf, np.nan
 
@@ -127,6 +128,7 @@ def test_edges_in_one_compiled_gradient():
 
 @pytest.mark.parametrize("x", [np.array([1.5, 0.0, 2.0, -1.0, 3.0]), np.array([0.0, 2.0, 0.0, 1.0, 3.0]),
                                np.array([0.0, 0.0, 0.0, 1.0, 2.0])], ids=["one-zero", "two", "three"])
+@COMPILED_SLOW
 def test_cumprod_second_derivative_at_zeros(x, executor):
     # H[a, b] = sum_j w_j prod_{k <= j, k != a, b} x_k (a != b, both <= j). The backward once
     # gave a constant 0 after a slice's first zero, so rows of the Hessian through it were lost
@@ -159,6 +161,7 @@ def test_flatten_takes_torchs_start_and_end_dims():
 
 @pytest.mark.parametrize("x", [np.array([2.0, 0.0, 3.0]), np.array([0.0, 0.0, 3.0]),
                                np.array([[2.0, 0.0], [0.5, 3.0]])], ids=["one-zero", "two", "2d"])
+@COMPILED_SLOW
 def test_prod_second_derivative_at_zeros(x, executor):
     # H[i, j] = the product of the entries but i and j; the backward once masked the
     # gradient of the non-zero entries to a constant 0 where one input was zero, so the
