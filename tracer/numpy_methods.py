@@ -104,6 +104,30 @@ class NumpyMethods:
     def __pos__(self):
         return self._copy()   # +x is a new array
 
+    # NumPy has no bool loop for power and remainder: bools go through its int8 one (bool
+    # ** True is int8), which the ufunc's own dtype resolution gives (tracer/ufunc_dtypes.py),
+    # and bool ** 2 is np.square (NumPy's fast path for a Python 2): int8, where ** 3 is int64.
+    # Other dtypes promote as the ops' rule does, on the fast path.
+    def __pow__(self, other):
+        if self.dtype == np.bool_:
+            return np.square(self) if type(other) is int and other == 2 else np.power(self, other)
+        return ArrayOps.__pow__(self, other)
+
+    def __rpow__(self, other):
+        if self.dtype == np.bool_:
+            return np.power(other, self)
+        return ArrayOps.__rpow__(self, other)
+
+    def __mod__(self, other):
+        if self.dtype == np.bool_:
+            return np.remainder(self, other)
+        return ArrayOps.__mod__(self, other)
+
+    def __rmod__(self, other):
+        if self.dtype == np.bool_:
+            return np.remainder(other, self)
+        return ArrayOps.__rmod__(self, other)
+
     def copy(self, order="C"):
         return self._copy()
 

@@ -109,6 +109,15 @@ def user_site(skip=1):
     return None if f is None else _site(f.f_code.co_filename, f.f_lineno)
 
 
+def numpy_refusal(error):
+    """``error`` (NumPy's refusal of some operands: ``-`` of bools, int8 + 300) as the
+    builtin exception NumPy's derives from (a ``UFuncTypeError`` is a ``TypeError``), with
+    the user's line: raised at trace time, so both tiers refuse what NumPy refuses (the
+    compiled code would compute something)."""
+    cls = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
+    return cls(f"{error}\n  at {user_site(2)}")
+
+
 def user_where(skip=1):
     """``user_site``'s frame as (code object, bytecode offset): the line is looked up only
     when ``site_at`` asks. Tensor mode records one per op and reads few, so this is
