@@ -21,6 +21,8 @@ differences of the first-order gradient where the backward is differentiable.
   it is built from its elements as ``np.array`` of it would be.
 - ``np.take(table, i)`` of a NumPy table and a traced index crashed (NumPy's dispatch does
   not look at the index); ``table[i]`` raises an error that says to write ``np.take``.
+- A float base to an integer exponent array (``x ** n``, ``0.0 ** n``) raised
+  ZeroDivisionError in compiled code at ``0.0 ** -1`` (Numba's integer power): inf as NumPy.
 - ``np.searchsorted`` of a NaN query said 0 (it counted ``a < nan``): NaN sorts last, as in
   NumPy, NaNs inside ``a`` included.
 
@@ -410,3 +412,15 @@ def test_searchsorted_sorts_nan_last(side, executor):
         got, want = gj.jit(f)(a, v), f(a, v)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_float_base_to_integer_exponent_array_at_zero(executor):
+    x, n = np.array([0.0, 2.0, 0.0]), np.array([-1, 2, -3])
+    fns = (lambda a, b: a ** b, lambda a, b: 0.0 ** b, lambda a, b: a.astype(np.float32) ** b,
+           lambda a, b: a ** np.array([-5, -5, -5]))
+    with np.errstate(divide="ignore"):
+        gots = gj.jit(lambda a, b: tuple(f(a, b) for f in fns))(x, n)
+        for f, got in zip(fns, gots, strict=True):
+            want = f(x, n)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
