@@ -350,8 +350,18 @@ def bind_attrs(op, attrs):
 def real_only(dtype, what):
     """gradjit's ops are real-valued: a complex array would meet formulas and kernels
     written for real numbers (np.real / np.conj as the identity, a crash in Numba), so it
-    is refused where it enters a trace or a tensor."""
-    if getattr(dtype, "kind", None) == "c":
+    is refused where it enters a trace or a tensor. So are the dtypes Numba cannot compile
+    (long double, Python objects, strings, dates): the interpreter would compute with them,
+    the compiled tier crash."""
+    kind = getattr(dtype, "kind", None)
+    if kind == "c":
         raise GradjitError(f"{what} is of dtype {dtype.name}: gradjit computes with "
                            f"real numbers only (complex arrays are not supported); pass the "
                            f"real and imaginary parts as two real arrays", user_site())
+    if kind is not None and (kind not in "biuf" or dtype.itemsize > 8):
+        hint = ("Numba has no long double: pass x.astype(np.float64)" if kind == "f" else
+                "an array of Python objects: pass a numeric array, np.asarray(x, dtype=float)"
+                if kind == "O" else "pass the numbers as a numeric array")
+        raise GradjitError(f"{what} is of dtype {dtype.name}: gradjit computes with bool, "
+                           f"integer and float16 / float32 / float64 arrays only; {hint}",
+                           user_site())

@@ -274,11 +274,11 @@ class BodyTrace:
 def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
-    real_only(array.dtype, "an array the traced function captured or made")
     if array.dtype == object:   # (NumPy made an array of a list holding traced values)
         raise GradjitError("an array of Python objects met the trace: a list mixing traced "
                            "values and numbers where gradjit does not build one array of it; "
                            "make it one array first (np.array([...]) or np.stack)", user_site())
+    real_only(array.dtype, "an array the traced function captured or made")
     if array.ndim == 0:  # scalars: one input per (dtype, value), e.g. the 0 of where(c, g, 0)
         key = ("scalar", array.dtype.str, array.tobytes())  # exact bits: -0.0 is not 0.0
         v = graph.constant_ids.get(key)
