@@ -50,6 +50,23 @@ class _Size(int):
         return self.shape if d is None else self.shape[d]
 
 
+class UnsupportedMethodError(UnsupportedError, AttributeError):
+    """An ndarray method or attribute gradjit does not trace; an AttributeError too, so
+    ``hasattr(x, "put")`` is False for a traced array, as for anything without it."""
+
+
+def _refused(name, why):
+    """An ndarray attribute whose NumPy function is refused on traced arrays: reading it
+    raises UnsupportedMethodError naming it and the user's line (not a bare
+    AttributeError saying ``Tracer`` lacks it)."""
+    def get(self):
+        what = f"x.{name}" if name == "flat" else f"x.{name}() (np.{name})"
+        raise UnsupportedMethodError(f"{what} is not supported on traced arrays"
+                                     f"{why}; see the README's list of supported NumPy "
+                                     f"functions", user_site())
+    return property(get)
+
+
 class NumpyMethods:
     """NumPy's ndarray methods for ``Tracer`` (see the module contract)."""
 
@@ -214,6 +231,19 @@ class NumpyMethods:
         raise GradjitError("nonzero() of a traced array has a data-dependent shape, which "
                            "gj.jit / gj.grad cannot trace: use np.where(cond, a, b) to select "
                            "values", user_site())
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return np.searchsorted(self, v, side=side, sorter=sorter)
+
+    flat = _refused("flat", ": index x.ravel() instead")
+    put = _refused("put", " (it writes in place): write x = np.where(mask, v, x) or "
+                          "x[idx] = v")
+    compress = _refused("compress", " (its shape depends on the condition's values): use "
+                                    "np.where(cond, x, 0), or index with a NumPy mask")
+    choose = _refused("choose", ": select with np.where or np.select")
+    partition = _refused("partition", ": np.sort gives a partitioned order")
+    argpartition = _refused("argpartition", ": np.argsort gives a partitioning order")
+    resize = _refused("resize", " (it resizes in place)")
 
     def fill(self, value):
         raise GradjitError("x.fill(v) writes in place, which traced arrays cannot do: write "

@@ -391,6 +391,23 @@ def test_traced_array_methods_reach_these_functions(interpreted):
         _equal(gj.jit(fn)(X34), fn(X34), "jit")
 
 
+def test_searchsorted_method_and_refused_methods(executor):
+    """x.searchsorted is np.searchsorted; the ndarray methods whose NumPy function is refused
+    raise its clear error naming the method and the user's line (an AttributeError too:
+    hasattr says False), not a bare AttributeError about ``Tracer``."""
+    a, v = np.array([0.0, 1.0, 2.0]), np.array([0.5, 2.0, np.nan])
+    f = lambda x, v: (x.searchsorted(v), x.searchsorted(v, side="right"),
+                      x.searchsorted(v, "right"))
+    _equal(gj.jit(f)(a, v), f(a, v), "searchsorted")
+    for name in ("flat", "put", "compress", "choose", "partition", "argpartition", "resize"):
+        with pytest.raises(UnsupportedError, match=rf"x\.{name}\b.* not supported") as e:
+            gj.jit(lambda x: getattr(x, name))(a)
+        assert isinstance(e.value, AttributeError) and "test_numpy_functions.py" in str(e.value)
+    seen = []
+    gj.jit(lambda x: (seen.append(hasattr(x, "put")), x)[1])(a)
+    assert seen == [False]
+
+
 def test_more_values(interpreted):
     t = gj.tensor(X34)
     e = np.pad(t, ((1, 0), (2, 1)), mode="empty")   # NumPy leaves the values undefined: zeros
