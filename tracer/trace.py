@@ -117,6 +117,15 @@ class Tracer(NumpyMethods, ArrayOps):
     def __int__(self):
         self._fail("int() of a traced array")
 
+    def __format__(self, spec):
+        if not spec:   # f"{x}" / str.format: its repr, as any object's
+            return object.__format__(self, spec)
+        raise TracerValueError(
+            f"the value of a traced array is not known while gj.jit / gj.grad trace the "
+            f"function, so it cannot be formatted (a format spec {spec!r}: f\"{{x:{spec}}}\"). "
+            f"Return the value (gj.value_and_grad, or has_aux=True for extra outputs) and "
+            f"format it outside the traced function.", user_site())
+
     def __complex__(self):
         self._fail("complex() of a traced array")
 
