@@ -140,6 +140,12 @@ class NumpyMethods:
             return np.remainder(self, other)
         return ArrayOps.__mod__(self, other)
 
+    def __divmod__(self, other):   # (NumPy arrays: np.divmod, (x // y, x % y))
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
     def __rmod__(self, other):
         if self.dtype == np.bool_:
             return np.remainder(other, self)

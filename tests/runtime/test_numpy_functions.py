@@ -408,6 +408,18 @@ def test_searchsorted_method_and_refused_methods(executor):
     assert seen == [False]
 
 
+def test_divmod_of_traced_arrays(executor):
+    """divmod(x, y) of NumPy arrays is np.divmod: (x // y, x % y), either side traced."""
+    x, n = np.array([0.5, -1.0, 2.0, -3.5]), np.array([7, -7, 3, 0])
+    fns = (lambda x, n: divmod(x, 2.0), lambda x, n: divmod(3.0, x), lambda x, n: np.divmod(n, 2),
+           lambda x, n: divmod(n, -2), lambda x, n: divmod(x, x[::-1]))
+    with np.errstate(all="ignore"):
+        _equal(gj.jit(lambda x, n: tuple(f(x, n) for f in fns))(x, n),
+               tuple(f(x, n) for f in fns), "divmod")
+    g = gj.grad(lambda x: (divmod(x, 2.0)[1] ** 2).sum())(x)
+    np.testing.assert_allclose(g, 2 * np.remainder(x, 2.0))
+
+
 def test_more_values(interpreted):
     t = gj.tensor(X34)
     e = np.pad(t, ((1, 0), (2, 1)), mode="empty")   # NumPy leaves the values undefined: zeros
