@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.special as sp
+from scipy.special import logsumexp
 
 import gradjit as gj
 from gradjit.tracer.numpy_joins import c_, r_
@@ -418,6 +420,30 @@ def test_divmod_of_traced_arrays(executor):
                tuple(f(x, n) for f in fns), "divmod")
     g = gj.grad(lambda x: (divmod(x, 2.0)[1] ** 2).sum())(x)
     np.testing.assert_allclose(g, 2 * np.remainder(x, 2.0))
+
+
+def test_scipy_logsumexp(executor):
+    """scipy.special.logsumexp traces (SciPy's own code met np.result_type and named SciPy's
+    file), as the module's attribute and as a name bound by ``from scipy.special import``."""
+    x = np.array([[0.5, -1.0, 2.0], [3.0, 700.0, -np.inf]])
+    fns = (lambda x: sp.logsumexp(x), lambda x: logsumexp(x, axis=1),
+           lambda x: logsumexp(x, axis=(0,), keepdims=True), lambda x: logsumexp(x > 0, 0),
+           lambda x: logsumexp(x.astype(np.float32), -1))
+    gots = gj.jit(lambda x: tuple(f(x) for f in fns))(x)
+    for f, got in zip(fns, gots, strict=True):
+        want = np.asarray(f(x))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    f = lambda x: (logsumexp(x, axis=1) ** 2).sum()
+    x = x[:, :2] / 100.0
+    np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
+    for bad, what in ((lambda x: logsumexp(x, b=x), "b="), (lambda x: sp.logsumexp(
+            x, return_sign=True), "return_sign=True")):
+        with pytest.raises(UnsupportedError, match=rf"scipy\.special\.logsumexp\(\.\.\., {what}") \
+                as e:
+            gj.jit(bad)(x)
+        assert "test_numpy_functions.py" in str(e.value)
+    assert sp.logsumexp is logsumexp and logsumexp(np.zeros(2)) == np.log(2.0)   # (restored)
 
 
 def test_more_values(interpreted):
