@@ -9,7 +9,8 @@ Contract
   transcendentals ``fm.<name>`` where the emitter allows fast math. An op with
   no expression raises NotImplementedError naming it. Integer and bool operands of
   float math (``OpDef.float_math``: exp, sigmoid, atan2 ...) are cast to the float
-  result dtype first (``-x`` of a uint8 would wrap around).
+  result dtype first (``-x`` of a uint8 would wrap around), and so is an integer exponent of
+  a float power (Numba's integer power raises at ``0.0 ** -1``).
 - ``acc_init(op, dtype, exact)`` / ``acc_update(op, tgt, x)``: a reduction's
   initial value (a literal) and its accumulation statement (NaN propagates
   through max and min); shared with the CUDA generator.
@@ -42,6 +43,11 @@ def _raw_expr(node, a, e):
         a = [f"{_np_dtype(out)}({x})" if v.dtype.kind in "biu" else x
              for x, v in zip(a, node.inputs)]
         ref = out
+    if op in ("pow.Tensor_Tensor", "pow.Scalar") and out.kind == "f" \
+            and node.inputs[-1].dtype.kind in "biu":
+        # a float base to an integer exponent in the float dtype: Numba's integer-exponent
+        # power raises ZeroDivisionError at 0 ** -1, where NumPy gives inf
+        a = [*a[:-1], f"{_np_dtype(out)}({a[-1]})"]
     one, zero = _lit(1, out), _lit(0, out)
     c = (lambda name: e.const(at[name], ref))
     base = op.split(".")[0]

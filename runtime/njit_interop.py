@@ -19,6 +19,10 @@ Contract
   signatures whose arguments are not plain C-contiguous arrays of at least one dimension
   (pytrees, static values, keywords, 0-d), results that are not arrays (``has_aux`` with
   non-array aux), transforms that update state (batch norm under tracing), Jacobians.
+- A traced array (``Tracer``) passed to a ``@numba.njit`` function inside a traced function
+  raises a ``GradjitError`` when Numba types it (``typeof``), naming the function and the
+  user's line and saying what to write instead, where Numba said "non-precise type
+  pyobject" at the decorator.
 - Threads: from ``@njit`` code no Python runs around the compiled code to size its
   threads per call (runtime/threads.py). It runs on the caller's Numba thread count, and
   a transform whose code runs large products sets every BLAS library of the process to
@@ -27,7 +31,9 @@ Contract
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import sys
 import types as pytypes
 
@@ -40,7 +46,8 @@ from numba.extending import overload, typeof_impl
 from gradjit.runtime import threads, tiers
 from gradjit.runtime.compiler import Executable
 from gradjit.tracer import gensrc
-from gradjit.tracer.registry import GradjitError
+from gradjit.tracer.registry import _OURS, GradjitError, Site
+from gradjit.tracer.trace import Tracer
 
 _SEQ = itertools.count()
 
@@ -213,3 +220,32 @@ def install(cls):
     @typeof_impl.register(cls)
     def _typeof(val, c):
         return types.Dispatcher(numba_callable(val))
+
+
+# Numba's typing and the standard library's dispatch (functools) stand between the user's
+# call of an @njit function and the typeof below: not the user's line.
+_NOT_USERS = _OURS + (os.path.dirname(os.path.abspath(numba.__file__)) + os.sep,
+                      functools.__file__, "<frozen")
+
+
+@typeof_impl.register(Tracer)
+def _typeof_tracer(val, c):
+    """A traced array reached a ``@numba.njit`` function: Numba types concrete arrays only.
+    The user's line is the first frame outside gradjit and Numba; the function is the
+    dispatcher Numba's typing runs for (its ``typeof_pyval`` frame)."""
+    f, name, site = sys._getframe(1), None, None
+    while f is not None and site is None:
+        fn = f.f_code.co_filename
+        if fn.startswith(_NOT_USERS):
+            d = f.f_locals.get("self") if f.f_code.co_name == "typeof_pyval" else None
+            name = name or getattr(getattr(d, "py_func", None), "__qualname__", None)
+        else:
+            site = Site(fn, f.f_lineno)
+        f = f.f_back
+    raise GradjitError(
+        f"a traced value (an array of shape {tuple(val.shape)}, {val.dtype}) reached the "
+        f"@numba.njit function {name or ''!r}: inside gj.jit / gj.grad arrays are traced, and "
+        f"Numba compiles for concrete arrays. Call the @njit function outside the traced "
+        f"function (on its arguments or its result), write its body with NumPy calls in the "
+        f"traced function, or pass gradjit's gradient into @njit code instead (the README's "
+        f"'Gradients that travel: @njit code')", site)

@@ -31,6 +31,8 @@ Contract
   and of the user's functions it reaches (through its globals, modules, closure
   and defaults: tracer/user_code.py; ``traced_numpy(graph, fn)``), each dict counted like the module and
   restored by the last trace using it (a name rebound meanwhile is left alone).
+- SciPy's Python functions that trace (``scipy.special.logsumexp``: tracer/scipy_functions.py)
+  are swapped in their module, when it is imported, and where names are bound to them.
 - np.random's functions drawing from its global stream are swapped too (and names bound to
   them): ``rng_guard.global_draw`` tells the tracing thread's draws from other threads'.
 - ``np.zeros`` / ``np.ones`` / ``np.empty`` / ``np.full`` called by the tracing
@@ -41,6 +43,7 @@ Contract
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 
 import numpy as np
@@ -51,6 +54,7 @@ from gradjit.tracer.hooks import HOOKS, Stand
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.rng_guard import global_draw
+from gradjit.tracer.scipy_functions import SCIPY_FUNCTIONS
 from gradjit.tracer.trace import PENDING_STORE
 from gradjit.tracer.tracer_setitem import buffer
 
@@ -198,7 +202,21 @@ def _wrappers():
             out[name] = Stand(_first_arg(fn), fn)
     swaps = {(np, name): w for name, w in out.items()}
     swaps.update({(np.random, name): Stand(_draw(fn), fn) for name, fn in _global_draws()})
+    for module, name, impl in SCIPY_FUNCTIONS:   # (tracer/scipy_functions.py)
+        mod = sys.modules.get(module)   # (imported by the caller, else nobody can call it)
+        if mod is not None and callable(getattr(mod, name, None)):
+            swaps[(mod, name)] = Stand(_traced_or(impl, getattr(mod, name)), getattr(mod, name))
     return swaps
+
+
+def _traced_or(impl, orig):
+    """``impl`` where an argument is traced (or a tensor), ``orig`` for anything else."""
+    def call(*args, **kwargs):
+        if any(isinstance(a, ArrayOps) for a in (*args, *kwargs.values())):
+            return impl(*args, **kwargs)
+        return orig(*args, **kwargs)
+    call.__wrapped__ = orig
+    return call
 
 
 def _global_draws():

@@ -50,6 +50,23 @@ class _Size(int):
         return self.shape if d is None else self.shape[d]
 
 
+class UnsupportedMethodError(UnsupportedError, AttributeError):
+    """An ndarray method or attribute gradjit does not trace; an AttributeError too, so
+    ``hasattr(x, "put")`` is False for a traced array, as for anything without it."""
+
+
+def _refused(name, why):
+    """An ndarray attribute whose NumPy function is refused on traced arrays: reading it
+    raises UnsupportedMethodError naming it and the user's line (not a bare
+    AttributeError saying ``Tracer`` lacks it)."""
+    def get(self):
+        what = f"x.{name}" if name == "flat" else f"x.{name}() (np.{name})"
+        raise UnsupportedMethodError(f"{what} is not supported on traced arrays"
+                                     f"{why}; see the README's list of supported NumPy "
+                                     f"functions", user_site())
+    return property(get)
+
+
 class NumpyMethods:
     """NumPy's ndarray methods for ``Tracer`` (see the module contract)."""
 
@@ -104,6 +121,36 @@ class NumpyMethods:
 
     def __pos__(self):
         return self._copy()   # +x is a new array
+
+    # NumPy has no bool loop for power and remainder: bools go through its int8 one (bool
+    # ** True is int8), which the ufunc's own dtype resolution gives (tracer/ufunc_dtypes.py),
+    # and bool ** 2 is np.square (NumPy's fast path for a Python 2): int8, where ** 3 is int64.
+    # Other dtypes promote as the ops' rule does, on the fast path.
+    def __pow__(self, other):
+        if self.dtype == np.bool_:
+            return np.square(self) if type(other) is int and other == 2 else np.power(self, other)
+        return ArrayOps.__pow__(self, other)
+
+    def __rpow__(self, other):
+        if self.dtype == np.bool_:
+            return np.power(other, self)
+        return ArrayOps.__rpow__(self, other)
+
+    def __mod__(self, other):
+        if self.dtype == np.bool_:
+            return np.remainder(self, other)
+        return ArrayOps.__mod__(self, other)
+
+    def __divmod__(self, other):   # (NumPy arrays: np.divmod, (x // y, x % y))
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
+    def __rmod__(self, other):
+        if self.dtype == np.bool_:
+            return np.remainder(other, self)
+        return ArrayOps.__rmod__(self, other)
 
     def copy(self, order="C"):
         return self._copy()
@@ -191,6 +238,19 @@ class NumpyMethods:
         raise GradjitError("nonzero() of a traced array has a data-dependent shape, which "
                            "gj.jit / gj.grad cannot trace: use np.where(cond, a, b) to select "
                            "values", user_site())
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return np.searchsorted(self, v, side=side, sorter=sorter)
+
+    flat = _refused("flat", ": index x.ravel() instead")
+    put = _refused("put", " (it writes in place): write x = np.where(mask, v, x) or "
+                          "x[idx] = v")
+    compress = _refused("compress", " (its shape depends on the condition's values): use "
+                                    "np.where(cond, x, 0), or index with a NumPy mask")
+    choose = _refused("choose", ": select with np.where or np.select")
+    partition = _refused("partition", ": np.sort gives a partitioned order")
+    argpartition = _refused("argpartition", ": np.argsort gives a partitioning order")
+    resize = _refused("resize", " (it resizes in place)")
 
     def fill(self, value):
         raise GradjitError("x.fill(v) writes in place, which traced arrays cannot do: write "

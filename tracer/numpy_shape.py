@@ -10,7 +10,7 @@ tuple ``axis`` and one shift, ``np.where`` with a non-bool condition,
 ``np.full_like`` with ``fill_value=`` or a traced fill value, ``np.median``
 with a tuple ``axis`` and of an empty array, ``np.expand_dims`` with a tuple,
 ``np.take`` with ``mode``, ``np.clip`` with NumPy 2.1's ``min=`` / ``max=``,
-``np.floor_divide`` (``//``) and ``np.rint`` of integers. Keywords gradjit cannot
+``np.floor_divide`` (``//``), ``np.divmod`` (``divmod``) and ``np.rint`` of integers. Keywords gradjit cannot
 honour raise ``UnsupportedError``. ``np.rollaxis``, ``np.ndim`` / ``np.shape`` /
 ``np.size`` (Python values: shapes are concrete) and ``np.tril_indices_from`` /
 ``np.triu_indices_from`` (plain index arrays) are behind ``checked``
@@ -261,5 +261,10 @@ NUMPY_FUNCTIONS.update({f: checked(f, impl) for f, impl in {
     np.size: _size, np.tril_indices_from: _tri_indices_from(np.tril_indices),
     np.triu_indices_from: _tri_indices_from(np.triu_indices),
 }.items()})
+def divmod_(a, b):
+    """``np.divmod`` (and ``divmod(x, y)`` of a traced array): ``(a // b, a % b)``."""
+    return floor_divide(a, b), np.remainder(a, b)
+
+
 NUMPY_UFUNCS = {np.floor_divide: floor_divide, np.rint: rint, np.cbrt: cbrt,
-                np.heaviside: heaviside}
+                np.heaviside: heaviside, np.divmod: divmod_}

@@ -27,6 +27,8 @@ Contract
   interpolation weights for ``fp``.
 - ``searchsorted``: the count of ``a`` below ``v`` ('left') or at or below it ('right'),
   which is NumPy's answer for a sorted ``a``; int64, no gradient. ``sorter`` is refused.
+  NaN sorts last as in NumPy: a NaN ``v`` counts every number of ``a`` ('left') or all of
+  ``a`` ('right'); NaNs in ``a`` are never below a number.
 """
 from __future__ import annotations
 
@@ -286,6 +288,12 @@ def _searchsorted(a, v, side="left", sorter=None):
     col = A.reshape(A.to(v, dt), (-1, 1))
     row = A.reshape(A.to(a, dt), (1, -1))
     hits = A.lt(row, col) if side == "left" else A.le(row, col)
+    if dt.kind == "f":
+        # NumPy sorts NaN last: a NaN query goes after every number of ``a`` ('left': before
+        # the NaNs of ``a``; 'right': after them), where the plain comparison says 0
+        from gradjit.tracer.api import where
+        nan_v = A.ne(col, col)
+        hits = where(nan_v, A.eq(row, row) if side == "left" else True, hits)
     return A.reshape(A.sum(A.to(hits, np.int64), (1,)), tuple(v.shape))
 
 

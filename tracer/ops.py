@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer import lazy_scipy
-from gradjit.tracer.registry import ShapeError, defop, user_site
+from gradjit.tracer.registry import ShapeError, defop, numpy_refusal, user_site
 
 E, R, M, S, C = "elementwise", "reduction", "matmul", "shape", "composite"
 _F8 = np.dtype(np.float64)
@@ -66,10 +66,47 @@ _RULES = {
 }
 
 
-def _ew(rule, name):
+def _numpy_refuses(impl, types, attrs):
+    """Raise what NumPy raises for these operand dtypes and scalar attributes: its typing
+    (``-`` of bools, ``np.sign`` of bools) and NEP 50's range of a Python int beside an
+    integer array (int8 + 300). The reference runs on empty arrays of the operands' dtypes,
+    so only NumPy's typing and scalar conversion can raise, never a value."""
+    try:
+        with np.errstate(all="ignore"):
+            impl(*[np.empty(0, t.dtype) for t in types], **attrs)
+    except (TypeError, OverflowError, ValueError) as e:
+        raise numpy_refusal(e) from None
+
+
+def _negative_int_power(types, attrs):
+    """NumPy's refusal of a negative integer exponent of an integer base, where the exponent
+    is known now (a Python or NumPy int, or a 0-d constant of the trace; a traced exponent's
+    values are not)."""
+    e = attrs.get("exponent")
+    graph = getattr(types[-1], "graph", None)   # (a traced Value; eager tensors: arrays)
+    if e is None and graph is not None and types[1].dtype.kind in "iu":
+        known = graph.constants.get(types[1])
+        e = int(known) if known is not None and np.ndim(known) == 0 else None
+    if (types[0].dtype.kind in "biu" and isinstance(e, int) and not isinstance(e, bool)
+            and e < 0):
+        raise ValueError(f"Integers to negative integer powers are not allowed. (an array of "
+                         f"{np.dtype(types[0].dtype).name} to the power {e}: make the base "
+                         f"float, x.astype(float) ** {e})\n  at {user_site()}")
+
+
+def _ew(rule, name, impl=None):
     dtype_of = _RULES[rule]
+    check = impl if rule != "float" else None   # (float math: NumPy takes every dtype)
+    negative_power = name in ("pow.Tensor_Scalar", "pow.Tensor_Tensor")
 
     def infer(types, attrs):
+        if check is not None:
+            for t in types:
+                if t.dtype.kind in "biu":   # (only integers and bools can be refused)
+                    _numpy_refuses(check, types, attrs)
+                    if negative_power:
+                        _negative_int_power(types, attrs)
+                    break
         return [(broadcast_shapes(name, types), dtype_of(types, attrs))]
     return infer
 
@@ -94,7 +131,7 @@ def elementwise(schema, impl, rule="promote", numpy=(), methods=()):
     """Declare an elementwise op; ``numpy`` / ``methods``: its front ends (OpDef)."""
     name = schema.split("(")[0]
     if rule != "float":
-        op = defop(schema, E, _ew(rule, name), impl)
+        op = defop(schema, E, _ew(rule, name, impl), impl)
     else:
         op = defop(schema, E, _ew(rule, name), _in_result_dtype(impl))
         op.float_math = True

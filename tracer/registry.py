@@ -109,6 +109,15 @@ def user_site(skip=1):
     return None if f is None else _site(f.f_code.co_filename, f.f_lineno)
 
 
+def numpy_refusal(error):
+    """``error`` (NumPy's refusal of some operands: ``-`` of bools, int8 + 300) as the
+    builtin exception NumPy's derives from (a ``UFuncTypeError`` is a ``TypeError``), with
+    the user's line: raised at trace time, so both tiers refuse what NumPy refuses (the
+    compiled code would compute something)."""
+    cls = next(c for c in type(error).__mro__ if c.__module__ == "builtins")
+    return cls(f"{error}\n  at {user_site(2)}")
+
+
 def user_where(skip=1):
     """``user_site``'s frame as (code object, bytecode offset): the line is looked up only
     when ``site_at`` asks. Tensor mode records one per op and reads few, so this is
@@ -346,8 +355,18 @@ def bind_attrs(op, attrs):
 def real_only(dtype, what):
     """gradjit's ops are real-valued: a complex array would meet formulas and kernels
     written for real numbers (np.real / np.conj as the identity, a crash in Numba), so it
-    is refused where it enters a trace or a tensor."""
-    if getattr(dtype, "kind", None) == "c":
+    is refused where it enters a trace or a tensor. So are the dtypes Numba cannot compile
+    (long double, Python objects, strings, dates): the interpreter would compute with them,
+    the compiled tier crash."""
+    kind = getattr(dtype, "kind", None)
+    if kind == "c":
         raise GradjitError(f"{what} is of dtype {dtype.name}: gradjit computes with "
                            f"real numbers only (complex arrays are not supported); pass the "
                            f"real and imaginary parts as two real arrays", user_site())
+    if kind is not None and (kind not in "biuf" or dtype.itemsize > 8):
+        hint = ("Numba has no long double: pass x.astype(np.float64)" if kind == "f" else
+                "an array of Python objects: pass a numeric array, np.asarray(x, dtype=float)"
+                if kind == "O" else "pass the numbers as a numeric array")
+        raise GradjitError(f"{what} is of dtype {dtype.name}: gradjit computes with bool, "
+                           f"integer and float16 / float32 / float64 arrays only; {hint}",
+                           user_site())

@@ -117,6 +117,15 @@ class Tracer(NumpyMethods, ArrayOps):
     def __int__(self):
         self._fail("int() of a traced array")
 
+    def __format__(self, spec):
+        if not spec:   # f"{x}" / str.format: its repr, as any object's
+            return object.__format__(self, spec)
+        raise TracerValueError(
+            f"the value of a traced array is not known while gj.jit / gj.grad trace the "
+            f"function, so it cannot be formatted (a format spec {spec!r}: f\"{{x:{spec}}}\"). "
+            f"Return the value (gj.value_and_grad, or has_aux=True for extra outputs) and "
+            f"format it outside the traced function.", user_site())
+
     def __complex__(self):
         self._fail("complex() of a traced array")
 
@@ -274,11 +283,11 @@ class BodyTrace:
 def constant(graph, array):
     """A graph input fed with ``array`` at call time (not baked into source)."""
     array = np.asarray(getattr(array, "data", array))
-    real_only(array.dtype, "an array the traced function captured or made")
     if array.dtype == object:   # (NumPy made an array of a list holding traced values)
         raise GradjitError("an array of Python objects met the trace: a list mixing traced "
                            "values and numbers where gradjit does not build one array of it; "
                            "make it one array first (np.array([...]) or np.stack)", user_site())
+    real_only(array.dtype, "an array the traced function captured or made")
     if array.ndim == 0:  # scalars: one input per (dtype, value), e.g. the 0 of where(c, g, 0)
         key = ("scalar", array.dtype.str, array.tobytes())  # exact bits: -0.0 is not 0.0
         v = graph.constant_ids.get(key)

@@ -9,7 +9,10 @@ Contract
   times ``np.float32(2)`` float32.
 - NumPy's dtypes come from NumPy: the ufunc applied once to one-element operands of the
   same dtypes (Python scalars stay Python scalars: NEP 50's weak scalars), remembered per
-  (ufunc, operand types). Where it raises, gradjit's result stands as it is.
+  (ufunc, operand types). Where NumPy refuses the operands (no loop for them, ``-`` of
+  bools, a Python int out of an integer array's range: int8 array // 300), its error is
+  raised, as a builtin exception with the user's line: the Python ints are checked on
+  empty arrays of the other operands' dtypes at each call (their value matters).
 - Where gradjit's result differs, the operands are cast to NumPy's loop dtype first, as
   NumPy does (its float16 exp of uint8 is the exp of the float16 values), when the ufunc
   has such a homogeneous loop; what still differs is cast at the end (an integer
@@ -19,6 +22,8 @@ Contract
 from __future__ import annotations
 
 import numpy as np
+
+from gradjit.tracer.registry import numpy_refusal
 
 _PY_SCALARS = {bool: True, int: 1, float: 1.0, complex: 1j}
 _CACHE = {}   # (ufunc, operand types) -> [NumPy's result dtypes or None, cast first?]
@@ -37,17 +42,32 @@ def _kind(x):
         return None
 
 
-def _probe(ufunc, kinds):
-    """NumPy's result dtypes for operands of these kinds (None: NumPy refuses them)."""
-    if any(k is None or (isinstance(k, np.dtype) and k.kind not in "biufc") for k in kinds):
-        return None
-    args = [_PY_SCALARS[k] if k in _PY_SCALARS else np.ones(1, k) for k in kinds]
+def _run(ufunc, args):
+    """``ufunc(*args)``; NumPy's refusal of them raised with the user's line."""
     try:
         with np.errstate(all="ignore"):
-            out = ufunc(*args)
-    except Exception:   # noqa: BLE001  (an overflowing weak int, a loop NumPy lacks ...)
+            return ufunc(*args)
+    except (TypeError, OverflowError, ValueError) as e:
+        raise numpy_refusal(e) from None
+
+
+def _probe(ufunc, kinds):
+    """NumPy's result dtypes for operands of these kinds (None: not NumPy's to say: an
+    operand it cannot type, a dtype gradjit refuses elsewhere)."""
+    if any(k is None or (isinstance(k, np.dtype) and k.kind not in "biufc") for k in kinds):
         return None
+    out = _run(ufunc, [np.ones(1, k) if isinstance(k, np.dtype) else _PY_SCALARS[k]
+                       for k in kinds])
     return tuple(np.asarray(o).dtype for o in (out if isinstance(out, tuple) else (out,)))
+
+
+def _int_range(ufunc, inputs, kinds):
+    """NEP 50: a Python int beside an integer or bool array must fit its dtype (NumPy raises
+    OverflowError); checked on empty arrays, with the int's own value."""
+    if any(k is int for k in kinds) and any(isinstance(k, np.dtype) and k.kind in "biu"
+                                            for k in kinds):
+        _run(ufunc, [np.empty(0, k) if isinstance(k, np.dtype) else x
+                     for x, k in zip(inputs, kinds)])
 
 
 def _homogeneous(ufunc, dt):
@@ -67,6 +87,8 @@ def _cast_operands(inputs, dt):
 
 def conform(ufunc, inputs, call):
     key = (ufunc, *map(_kind, inputs))
+    if any(k is int for k in key):
+        _int_range(ufunc, inputs, key[1:])
     entry = _CACHE.get(key)
     if entry is None:
         want = _probe(ufunc, key[1:])

@@ -433,7 +433,7 @@ for _f, _da, _db, _flags in [
 
 for _f in (np.maximum, np.minimum, np.fmax, np.fmin):
     add(_f, samples=minmax_samples)
-for _f in (np.fmod, np.remainder, np.floor_divide):   # (floor_divide: a zero gradient)
+for _f in (np.fmod, np.remainder, np.floor_divide, np.divmod):   # (floor_divide: a zero gradient)
     add(_f, samples=mod_samples)
 
 for _f in (np.greater, np.less, np.greater_equal, np.less_equal, np.equal, np.not_equal):
@@ -1751,6 +1751,10 @@ add(np.searchsorted, samples=lambda rng: [
     Sample((np.array([0.0, 1.0, 1.0, 2.0]), np.array([1.0, 3.0, 0.0]))),
     Sample((np.array([1, 3, 5]), np.array(4))), Sample((np.sort(draw(rng, (5,))), draw(rng, (0,))))],
     differentiable=False)
+method("searchsorted", _m("searchsorted"), lambda rng: [
+    Sample((np.sort(draw(rng, (6,))), draw(rng, (4,)))),
+    Sample((np.array([0.0, 1.0, np.nan]), np.array([1.0, np.nan, -np.inf])), {"side": "right"}),
+    Sample((np.array([0.0, 1.0, np.nan]), np.array([1.0, np.nan, np.inf])))], differentiable=False)
 
 
 # -- what is not in the table, and why -------------------------------------------------------------
@@ -1765,6 +1769,9 @@ METHOD_SKIP = {
     "nonzero": "a data-dependent shape: refused by design under gj.jit / gj.grad",
     "item": "a Python number of a traced value: refused by design (TracerValueError)",
     "tolist": "Python lists of a traced value: refused by design (TracerValueError)",
+    **{m: f"np.{m} is not traced: x.{m} raises its UnsupportedError naming the method"
+       for m in ("put", "compress", "choose", "partition", "argpartition", "resize")},
+    "flat": "an iterator of a traced array: refused (UnsupportedError; index x.ravel())",
 }
 
 

@@ -159,3 +159,18 @@ def test_a_c_callable_writes_the_results(data):
     assert value[0] == pytest.approx(float(v0), rel=1e-13) and cf.address
     np.testing.assert_allclose(gw, gw0, rtol=1e-13)
     np.testing.assert_allclose(gx, gx0, rtol=1e-13)
+
+
+@numba.njit
+def _twice(v):
+    return v * 2.0
+
+
+def test_a_traced_value_passed_to_njit_code_says_what_to_write(interpreted):
+    """Numba said "non-precise type pyobject" at the decorator; the error names the @njit
+    function, the user's line and the ways out."""
+    with pytest.raises(gj.GradjitError, match=r"traced value .* reached the @numba.njit "
+                                              r"function '_twice'.*outside the traced") as e:
+        gj.grad(lambda x: (_twice(x) ** 2).sum())(np.ones(3))
+    assert "test_njit_interop.py" in str(e.value) and "_twice(x)" in str(e.value)
+    np.testing.assert_array_equal(_twice(np.ones(2)), [2.0, 2.0])   # (outside: as before)

@@ -21,6 +21,10 @@ differences of the first-order gradient where the backward is differentiable.
   it is built from its elements as ``np.array`` of it would be.
 - ``np.take(table, i)`` of a NumPy table and a traced index crashed (NumPy's dispatch does
   not look at the index); ``table[i]`` raises an error that says to write ``np.take``.
+- A float base to an integer exponent array (``x ** n``, ``0.0 ** n``) raised
+  ZeroDivisionError in compiled code at ``0.0 ** -1`` (Numba's integer power): inf as NumPy.
+- ``np.searchsorted`` of a NaN query said 0 (it counted ``a < nan``): NaN sorts last, as in
+  NumPy, NaNs inside ``a`` included.
 
 np.dot's rules and np.cross / np.inner / np.trace / np.vdot / np.outer /
 np.linalg.multi_dot: ``test_numpy_products.py`` (these helpers).
@@ -398,3 +402,25 @@ def test_a_numpy_table_indexed_by_a_traced_index_says_what_to_write(interpreted)
     with pytest.raises(gj.GradjitError, match=r"np.take\(table, i, axis=0\)") as e:
         gj.grad(f)(np.array([0.5, 1.5]))
     assert "table[np.clip" in str(e.value)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_sorts_nan_last(side, executor):
+    v = np.array([0.5, np.nan, 1.0, -np.inf, np.inf])
+    f = lambda a, v: np.searchsorted(a, v, side=side)
+    for a in (np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, np.nan, np.nan])):
+        got, want = gj.jit(f)(a, v), f(a, v)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_float_base_to_integer_exponent_array_at_zero(executor):
+    x, n = np.array([0.0, 2.0, 0.0]), np.array([-1, 2, -3])
+    fns = (lambda a, b: a ** b, lambda a, b: 0.0 ** b, lambda a, b: a.astype(np.float32) ** b,
+           lambda a, b: a ** np.array([-5, -5, -5]))
+    with np.errstate(divide="ignore"):
+        gots = gj.jit(lambda a, b: tuple(f(a, b) for f in fns))(x, n)
+        for f, got in zip(fns, gots, strict=True):
+            want = f(x, n)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)

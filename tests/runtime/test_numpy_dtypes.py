@@ -17,6 +17,10 @@ rules run through the Numba code generator too (the ``executor`` fixture), in ``
 - np.linalg.qr(a, mode='complete') of a tall matrix: NumPy's (m, m) Q, and a gradient
   that raises a GradjitError saying why;
 - arguments in non-native byte order (``>f8``) are their native values to a transform.
+- what NumPy refuses is refused at trace time with NumPy's exception and message and the
+  user's line (the compiled tier computed numbers): an integer to a negative integer power,
+  a Python int out of an integer array's range (NEP 50), ``-`` of bools;
+- bool ** 2 is int8 (NumPy's square), bool ** True and bool % True int8 (its int8 loops).
 """
 from __future__ import annotations
 
@@ -357,3 +361,39 @@ def test_a_failed_compile_runs_on_the_interpreter(monkeypatch, caplog):
     x = np.array([0.5, -1.0])
     np.testing.assert_allclose(g, np.tanh(x) + x / np.cosh(x) ** 2)
     assert gj.stats()["failed_compiles"] == 1 and "a compile that fails" in caplog.text
+
+
+_REFUSED = [(lambda a: a ** -1, np.array([2, 3]), ValueError, "Integers to negative integer powers"),
+            (lambda a: a ** np.int64(-2), np.array([2, 3], np.int8), ValueError,
+             "Integers to negative integer powers"),
+            (lambda a: a + 300, np.array([1], np.int8), OverflowError,
+             "Python integer 300 out of bounds for int8"),
+            (lambda a: a * -1, np.array([1], np.uint8), OverflowError,
+             "Python integer -1 out of bounds for uint8"),
+            (lambda a: a + 2 ** 63, np.array([1]), OverflowError, "too large"),
+            (lambda a: a // 300, np.array([1], np.int8), OverflowError, "300 out of bounds"),
+            (lambda a: np.maximum(a, 300), np.array([1], np.int8), OverflowError,
+             "300 out of bounds"),
+            (lambda a: -a, np.array([True, False]), TypeError, "The numpy boolean negative"),
+            (lambda a: a - a, np.array([True, False]), TypeError, "numpy boolean subtract"),
+            (lambda a: np.sign(a), np.array([True, False]), TypeError, "ufunc 'sign'")]
+
+
+@pytest.mark.parametrize("k", range(len(_REFUSED)))
+def test_what_numpy_refuses_is_refused_at_trace_time(k, executor):
+    f, x, exc, msg = _REFUSED[k]
+    with pytest.raises(exc, match=msg):
+        with np.errstate(all="ignore"):
+            f(x)   # (NumPy's own refusal, so the test checks the premise)
+    with pytest.raises(exc, match=msg) as e:
+        gj.jit(f)(x)
+    assert "test_numpy_dtypes.py" in str(e.value).splitlines()[-1]   # the user's line
+
+
+def test_bool_powers_and_remainders_are_numpys_int8(executor):
+    b = np.array([True, False])
+    fns = (lambda b: b ** 2, lambda b: b ** 3, lambda b: b ** True, lambda b: b ** b,
+           lambda b: 2 ** b, lambda b: np.power(b, 2), lambda b: b % True, lambda b: b % 2)
+    gots = gj.jit(lambda b: tuple(f(b) for f in fns))(b)
+    for f, got in zip(fns, gots, strict=True):
+        _same(got, f(b))

@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.special as sp
+from scipy.special import logsumexp
 
 import gradjit as gj
 from gradjit.tracer.numpy_joins import c_, r_
@@ -389,6 +391,59 @@ def test_traced_array_methods_reach_these_functions(interpreted):
     for fn in (lambda x: x.argsort(axis=0), lambda x: (x > 0).all(axis=0),
                lambda x: x.argmax(1), lambda x: (x > 0).any(keepdims=True)):
         _equal(gj.jit(fn)(X34), fn(X34), "jit")
+
+
+def test_searchsorted_method_and_refused_methods(executor):
+    """x.searchsorted is np.searchsorted; the ndarray methods whose NumPy function is refused
+    raise its clear error naming the method and the user's line (an AttributeError too:
+    hasattr says False), not a bare AttributeError about ``Tracer``."""
+    a, v = np.array([0.0, 1.0, 2.0]), np.array([0.5, 2.0, np.nan])
+    f = lambda x, v: (x.searchsorted(v), x.searchsorted(v, side="right"),
+                      x.searchsorted(v, "right"))
+    _equal(gj.jit(f)(a, v), f(a, v), "searchsorted")
+    for name in ("flat", "put", "compress", "choose", "partition", "argpartition", "resize"):
+        with pytest.raises(UnsupportedError, match=rf"x\.{name}\b.* not supported") as e:
+            gj.jit(lambda x: getattr(x, name))(a)
+        assert isinstance(e.value, AttributeError) and "test_numpy_functions.py" in str(e.value)
+    seen = []
+    gj.jit(lambda x: (seen.append(hasattr(x, "put")), x)[1])(a)
+    assert seen == [False]
+
+
+def test_divmod_of_traced_arrays(executor):
+    """divmod(x, y) of NumPy arrays is np.divmod: (x // y, x % y), either side traced."""
+    x, n = np.array([0.5, -1.0, 2.0, -3.5]), np.array([7, -7, 3, 0])
+    fns = (lambda x, n: divmod(x, 2.0), lambda x, n: divmod(3.0, x), lambda x, n: np.divmod(n, 2),
+           lambda x, n: divmod(n, -2), lambda x, n: divmod(x, x[::-1]))
+    with np.errstate(all="ignore"):
+        _equal(gj.jit(lambda x, n: tuple(f(x, n) for f in fns))(x, n),
+               tuple(f(x, n) for f in fns), "divmod")
+    g = gj.grad(lambda x: (divmod(x, 2.0)[1] ** 2).sum())(x)
+    np.testing.assert_allclose(g, 2 * np.remainder(x, 2.0))
+
+
+def test_scipy_logsumexp(executor):
+    """scipy.special.logsumexp traces (SciPy's own code met np.result_type and named SciPy's
+    file), as the module's attribute and as a name bound by ``from scipy.special import``."""
+    x = np.array([[0.5, -1.0, 2.0], [3.0, 700.0, -np.inf]])
+    fns = (lambda x: sp.logsumexp(x), lambda x: logsumexp(x, axis=1),
+           lambda x: logsumexp(x, axis=(0,), keepdims=True), lambda x: logsumexp(x > 0, 0),
+           lambda x: logsumexp(x.astype(np.float32), -1))
+    gots = gj.jit(lambda x: tuple(f(x) for f in fns))(x)
+    for f, got in zip(fns, gots, strict=True):
+        want = np.asarray(f(x))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    f = lambda x: (logsumexp(x, axis=1) ** 2).sum()
+    x = x[:, :2] / 100.0
+    np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
+    for bad, what in ((lambda x: logsumexp(x, b=x), "b="), (lambda x: sp.logsumexp(
+            x, return_sign=True), "return_sign=True")):
+        with pytest.raises(UnsupportedError, match=rf"scipy\.special\.logsumexp\(\.\.\., {what}") \
+                as e:
+            gj.jit(bad)(x)
+        assert "test_numpy_functions.py" in str(e.value)
+    assert sp.logsumexp is logsumexp and logsumexp(np.zeros(2)) == np.log(2.0)   # (restored)
 
 
 def test_more_values(interpreted):

@@ -2,6 +2,8 @@
 
 Forward values are compared with NumPy itself, gradients with central differences.
 """
+import re
+
 import numpy as np
 import pytest
 from numpy import r_
@@ -182,3 +184,20 @@ def test_complex_values_are_refused_where_they_enter(interpreted):
                  lambda: gj.tensor(z), lambda: gj.as_tensor(z)):
         with pytest.raises(gj.GradjitError, match="complex128: gradjit computes with real"):
             call()
+
+
+@pytest.mark.parametrize("dtype", [np.longdouble, object, "U3"])
+def test_dtypes_numba_cannot_compile_are_refused_where_they_enter(dtype, executor):
+    """A long double (float128) or object array computed on the interpreter and crashed in
+    Numba: refused at argument binding in both tiers, as complex arrays are."""
+    a = np.array([1, 2]).astype(dtype)
+    if np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize <= 8:
+        pytest.skip("long double is float64 on this platform")
+    for call in (lambda: gj.jit(lambda x: (x * x).sum())(a),
+                 lambda: gj.grad(lambda x: (x * x).sum())(a),
+                 lambda: gj.jit(lambda x: x + a)(np.ones(2)),
+                 lambda: gj.tensor(a), lambda: gj.as_tensor(a)):
+        with pytest.raises(gj.GradjitError, match=re.escape(np.dtype(dtype).name) + ": gradjit "
+                           "computes with bool, integer and float16|array of Python objects") as e:
+            call()
+        assert "test_numpy_vocabulary.py" in str(e.value)

@@ -219,6 +219,22 @@ def test_float_of_traced_value(interpreted, transform):
     assert_names_line(ei, "scale = float(x.sum())  # traced-float")
 
 
+@pytest.mark.parametrize("transform", [gj.jit, gj.grad], ids=["jit", "grad"])
+def test_format_spec_of_traced_value(interpreted, transform):
+    seen = []
+
+    def f(x):
+        seen.append(f"{x.sum()}")   # (no spec: the repr, as any object's)
+        print(f"loss={x.sum():.3f}")  # traced-format
+        return x.sum()
+
+    with pytest.raises(gj.TracerValueError) as ei:
+        transform(f)(np.ones(3))
+    assert "'.3f'" in str(ei.value) and "outside the traced function" in str(ei.value)
+    assert_names_line(ei, 'print(f"loss={x.sum():.3f}")  # traced-format')
+    assert isinstance(ei.value, TypeError) and seen[0].startswith("Tracer(")
+
+
 def test_static_argnums_avoids_the_error(interpreted):
     def f(x, flag):
         return x.sum() * 2.0 if flag else x.sum()

@@ -1,0 +1,40 @@
+"""SciPy's Python functions (not ufuncs) on traced values: ``scipy.special.logsumexp``.
+
+Contract
+- SciPy's ufuncs (``scipy.special.erf`` ...) reach gradjit through ``__array_ufunc__``
+  (tracer/numpy_protocol.py). Its Python functions do not: SciPy's own code runs and meets a
+  traced value in a NumPy call gradjit does not trace (``np.result_type``), which named
+  SciPy's file. So while a trace runs, the functions listed in ``SCIPY_FUNCTIONS`` are
+  swapped in their module (when the caller has imported it: gradjit imports no SciPy) and
+  where the user's code bound them (``from scipy.special import logsumexp``), as NumPy's
+  functions are (tracer/coercion.py). A call with a traced or tensor argument runs
+  gradjit's implementation; any other call goes to SciPy's function untouched.
+- ``logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False)``: SciPy's values
+  and dtypes (integers and bools computed in float64), ``axis`` None, an int or a tuple,
+  ``keepdims``; it is the ``logsumexp`` op (max-shifted log of the sum of exponentials,
+  gradient the softmax). ``b`` and ``return_sign=True`` raise ``UnsupportedError`` naming
+  the function and the user's line.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
+
+from gradjit.tracer.api import ArrayOps
+from gradjit.tracer.methods_reduce import ReduceMethods
+from gradjit.tracer.numpy_args import unsupported
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    if b is not None or return_sign:
+        unsupported(f"scipy.special.logsumexp(..., {'b=...' if b is not None else 'return_sign=True'})")
+    if np.dtype(a.dtype).kind != "f":
+        a = ArrayOps.to(a, np.float64)
+    dims = tuple(range(a.ndim)) if axis is None else normalize_axis_tuple(axis, a.ndim)
+    if not dims:   # (axis=() reduces nothing: log(exp(a)) is a)
+        return a._copy() if hasattr(a, "_copy") else a
+    return ReduceMethods.logsumexp(a, dims, keepdims)
+
+
+# (module, name, gradjit's implementation): the functions a trace swaps
+SCIPY_FUNCTIONS = [("scipy.special", "logsumexp", logsumexp)]
