@@ -185,14 +185,22 @@ class _NoRead:
 
 def compile_fresh(disp, signature):
     """``disp.compile(signature)``, reading nothing from Numba's disk cache: what it holds
-    for this signature may call helpers this process has not loaded."""
+    for this signature may call helpers this process has not loaded. Nor do the other
+    functions of its module that it calls (``entry_batched`` calls ``entry``): their cached
+    code may call such helpers too (an LLVM "Symbol not found" abort, the process gone)."""
     with global_compiler_lock:
-        cache = disp._cache
-        disp._cache = _NoRead(cache)
+        mod = disp.py_func.__module__
+        own = [d for d in list(disp.py_func.__globals__.values())
+               if getattr(d, "_cache", None) is not None
+               and getattr(getattr(d, "py_func", None), "__module__", None) == mod]
+        saved = [(d, d._cache) for d in own]
+        for d, cache in saved:
+            d._cache = _NoRead(cache)
         try:
             disp.compile(signature)
         finally:
-            disp._cache = cache
+            for d, cache in saved:
+                d._cache = cache
 
 
 try:   # Numba's own method this module stands in for (links every callee's copy)

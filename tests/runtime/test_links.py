@@ -163,3 +163,40 @@ class _Payload:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
+
+
+_BATCHED_CHILD = """
+import json, numpy as np, gradjit as gj
+r = np.random.default_rng(1)
+w = gj.tensor(r.normal(size=(3, 4)), requires_grad=True)
+x = gj.tensor(r.normal(size=(5, 3)))
+out = (x @ w).tanh() * 1.5
+(g,) = gj.autograd.grad(out, w, grad_outputs=gj.tensor(r.normal(size=(7, 5, 4))),
+                        is_grads_batched=True)
+print(json.dumps({"stats": gj.stats(), "g": np.asarray(g).tolist()}))
+"""
+
+
+@pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
+def test_a_fresh_compile_reads_no_cached_code_of_its_modules_other_functions(tmp_path):
+    # entry_batched calls entry, a function of the same generated module. Compiling
+    # entry_batched afresh (its record of the helpers it calls gone) once loaded entry's
+    # cached code, which called a product helper this process had not loaded: LLVM
+    # aborted the process ("Symbol not found: ...blas_cpu2mm...")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def child():
+        env = dict(os.environ, GRADJIT_CACHE_DIR=str(tmp_path))
+        env.pop("GRADJIT_EXECUTOR", None)
+        out = subprocess.run([sys.executable, "-c", _BATCHED_CHILD], env=env,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    first = child()
+    for record in (tmp_path / "numba").glob("gj_*.links"):
+        record.unlink()
+    second = child()
+    assert second["stats"]["compiles"] >= 1 and second["g"] == first["g"]
