@@ -1,6 +1,7 @@
 """``gj.explain``: show what gradjit does with a function or a tensor's graph.
 
-Contract: ``explain(obj, *args, argnums=0, file=sys.stdout) -> str`` prints
+Contract: ``explain(obj, *args, argnums=0, has_aux=False, static_argnums=(),
+static_argnames=(), file=sys.stdout, **kwargs) -> str`` prints
 (and returns) three sections: the forward IR as traced/recorded, the IR that
 is compiled (the joint forward+adjoint graph for a function, for a tensor,
 what its ``backward()`` would run now: its deferred forward and backward compiled together
@@ -9,15 +10,20 @@ optimisation, and the generated Python source, then what runs: the tier (compile
 NumPy interpreter while Numba compiles in the background, or the interpreter alone)
 and the compiled code's cache entry. Explaining a tensor changes nothing
 about which plan its backward runs.
-``obj`` is a plain function (its gradient w.r.t. ``argnums`` is explained),
-a ``gj.jit`` / ``gj.grad`` / ``gj.value_and_grad`` function, or a Tensor
-with recorded history (its backward is explained).
+``obj`` is a plain function (the ``gj.grad`` of it that ``argnums``, ``has_aux``,
+``static_argnums`` and ``static_argnames`` make is explained), a ``gj.jit`` / ``gj.grad`` /
+``gj.value_and_grad`` function (or any transform: explained with its own options, so
+giving those options too is an error), or a Tensor with recorded history (its backward is
+explained; it takes no arguments).
+The arguments (``*args`` and the function's keyword arguments ``**kwargs``) reach the
+transform as a call passes them: pytrees split into their leaves, static arguments and
+keywords as a call's, so the graph shown is the one that call runs. A keyword argument of
+the function named as one of explain's own (``argnums``, ``file``, ...) cannot be passed
+through: explain ``gj.grad(f)`` of a function that binds it (``functools.partial``).
 """
 from __future__ import annotations
 
 import sys
-
-import numpy as np
 
 from gradjit.runtime import tiers
 from gradjit.runtime.compiler import entry_of
@@ -28,9 +34,27 @@ from gradjit.tracer.record import History
 from gradjit.tracer.tensor import Tensor
 
 
-def explain(obj, *args, argnums=0, file=None):
+_UNSET = object()   # (an option not given: a transform's own options are then used)
+
+
+def explain(obj, *args, argnums=_UNSET, has_aux=_UNSET, static_argnums=_UNSET,
+            static_argnames=_UNSET, file=None, **kwargs):
+    options = {k: v for k, v in (("argnums", argnums), ("has_aux", has_aux),
+                                 ("static_argnums", static_argnums),
+                                 ("static_argnames", static_argnames)) if v is not _UNSET}
+    if isinstance(obj, Tensor):
+        if args or kwargs or options:
+            raise TypeError("explain(tensor) takes no arguments nor options: it explains what "
+                            "the tensor's backward() runs")
+    elif isinstance(obj, _Transformed):
+        if options:
+            raise TypeError(f"explain(gj.{type(obj).__name__}({obj.__name__}), ...): "
+                            f"{', '.join(options)} given to explain, but a transform is "
+                            f"explained with its own options: give them to the transform")
+    else:
+        obj = grad(obj, **options)
     with tiers.forced("sync"):   # (the source that runs once compiled, whatever the tier)
-        return _explain(obj, args, argnums, file)
+        return _explain(obj, args, kwargs, file)
 
 
 def _tier(exe):
@@ -49,7 +73,7 @@ def _tier(exe):
     return "compiled code (Numba)"
 
 
-def _explain(obj, args, argnums, file):
+def _explain(obj, args, kwargs, file):
     if isinstance(obj, Tensor):
         if obj.grad_fn is None:
             raise ValueError("explain: this tensor has no recorded history (is it a leaf, or was "
@@ -71,11 +95,11 @@ def _explain(obj, args, argnums, file):
         compiled, source = str(plan.bwd_graph), plan.exe.source
         tier = _tier(plan.exe)
     else:
-        fn = obj if isinstance(obj, _Transformed) else grad(obj, argnums=argnums)
-        call = [np.asarray(a) if not np.isscalar(a) else a for a in args]
-        traced, opt, source = fn.graphs(*call)
+        # The arguments as given: the transform splits them as its calls do (pytree leaves,
+        # statics, keywords), so the graph shown is the one a call with them runs.
+        traced, opt, source = obj.graphs(*args, **kwargs)
         forward, compiled = str(traced), str(opt)
-        tier = _tier(fn.entry_for(*call))
+        tier = _tier(obj.entry_for(*args, **kwargs))
         title = "compiled graph (forward + adjoint, optimised)"
     entry = entry_of(source) if source.lstrip().startswith('"""gradjit generated') else "none"
     text = (f"== traced IR ==\n{forward}\n\n== {title} ==\n{compiled}\n\n"

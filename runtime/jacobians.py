@@ -79,6 +79,8 @@ def _flat_seed(g, leaves):
 
 
 class _Jac(_Transformed):
+    jacobian = True   # (not callable from @njit code: _unpack assembles the blocks in Python)
+
     def __init__(self, fn, argnums=0, has_aux=False, static_argnums=(), static_argnames=()):
         super().__init__(fn, static_argnums, static_argnames=static_argnames)
         self.argnums = norm_argnums(argnums)

@@ -8,17 +8,25 @@ Contract
   an argument, like any jitted function.
 - It runs the compiled code of the signatures ``t`` has been compiled for (by calls from
   Python, or ``t.compile_for(*examples)``). Shapes are checked at run time: others raise
-  ``TypeError`` naming ``t`` and the shapes it has. Calls with dtypes or dimensions it has
-  no code for fail at typing with a ``TypingError`` that says the same. A new signature
-  compiled later is seen by ``@njit`` functions compiled later.
+  ``TypeError`` naming ``t`` and the shapes it has. Calls with dtypes, dimensions or
+  layouts (not C-contiguous) it has no code for fail at typing with an ``NjitCallError``
+  that says the same. A new signature compiled later is seen by ``@njit`` functions
+  compiled later.
 - ``c_callable(t, examples)``: a ``numba.cfunc`` of ``t`` at the examples' signature, for C
   callers (``.address``, ``.ctypes``): ``void f(const T0 *a0, ..., T *out0, ...)``, one
   pointer per argument array (C order, the examples' shapes), then one per result array
   in the order of the result's leaves (a 0-d result: one element), written by the call.
-- Not callable from ``@njit`` (a ``GradjitError`` at typing, saying why): CUDA transforms,
-  signatures whose arguments are not plain C-contiguous arrays of at least one dimension
-  (pytrees, static values, keywords, 0-d), results that are not arrays (``has_aux`` with
-  non-array aux), transforms that update state (batch norm under tracing), Jacobians.
+- Not callable from ``@njit`` (a ``GradjitError`` at typing, saying why and what works
+  instead): CUDA transforms, Jacobians (``jacrev``, ``jacfwd``, ``hessian``: a ``gj.jit`` of
+  a function calling one is callable), signatures whose arguments are not plain arrays of
+  at least one dimension (pytrees, static values, keywords, 0-d), results that are not
+  arrays (``has_aux`` with non-array aux), transforms that update state (batch norm under
+  tracing), signatures that run on the NumPy interpreter (float16, ``GRADJIT_EXECUTOR=numpy``)
+  or still compile in the background. A transform with no signature @njit code can call
+  says so for each signature it has.
+- Errors raised while Numba types the user's call are ``NjitCallError`` (a ``GradjitError``
+  and a ``TypeError``), naming the user's line: not Numba's ``TypingError``, which Numba
+  buries in a report of its own, so the message is the exception's.
 - A traced array (``Tracer``) passed to a ``@numba.njit`` function inside a traced function
   raises a ``GradjitError`` when Numba types it (``typeof``), naming the function and the
   user's line and saying what to write instead, where Numba said "non-precise type
@@ -35,21 +43,51 @@ import functools
 import itertools
 import os
 import sys
+import sysconfig
 import types as pytypes
 
 import numba
 import numpy as np
 from numba.core import types
-from numba.core.errors import TypingError
 from numba.extending import overload, typeof_impl
 
 from gradjit.runtime import threads, tiers
 from gradjit.runtime.compiler import Executable
-from gradjit.tracer import gensrc
-from gradjit.tracer.registry import _OURS, GradjitError, Site
+from gradjit.tracer import gensrc, pytree
+from gradjit.tracer.registry import _OURS, GradjitError, Site, _site
 from gradjit.tracer.trace import Tracer
 
 _SEQ = itertools.count()
+_NUMBA = os.path.dirname(os.path.abspath(numba.__file__)) + os.sep
+_GJ = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_SITE = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
+
+
+class NjitCallError(GradjitError, TypeError):
+    """A call from ``@njit`` code that gradjit has no code for. Not a Numba error: Numba
+    lets other exceptions raised while it types a call through as they are, where its own
+    ``TypingError`` would be one line deep in its report of the failed typing."""
+
+
+def _njit_site():
+    """The user's line being typed: the location of the innermost step of Numba's typing
+    (a ``loc``, or an ``inst``'s, of its frames) outside gradjit's stand-ins, else the first
+    line of Python that is not Numba's, gradjit's or the standard library's (a transform
+    passed as an argument is typed when the call dispatches). None when neither is found."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(_NUMBA):
+            loc = f.f_locals.get("loc") or getattr(f.f_locals.get("inst"), "loc", None)
+            where = getattr(loc, "filename", None)
+            if isinstance(where, str) and not where.startswith("<gradjit"):
+                return _site(where, loc.line)
+        elif not (name.startswith((_GJ, "<")) or
+                  name.startswith(_STDLIB) and not name.startswith(_SITE)):
+            return _site(name, f.f_lineno)
+        f = f.f_back
+    return None
 
 
 def _define(what, lines, names):
@@ -85,24 +123,74 @@ def _name(t):
     return f"gj.{type(t).__name__}({t.__name__})"
 
 
-def _entries(t):
+def _entries(t, refusals=None):
     """[(shapes, dtypes, exe, consts, outputs)] of ``t``'s compiled signatures that
     ``@njit`` code can call; ``outputs``: the structure of its result, as indices into
-    the compiled entry's result tuple."""
-    from gradjit.runtime.arguments import plain
+    the compiled entry's result tuple. ``refusals``: a list given gets, for each other
+    signature, (its (shape, dtype) per traced leaf, why @njit code cannot call it)."""
     found = []
     for (layout, sig), (exe, consts, tree, _) in list(t._compiled.items()):
         exe = tiers.settled(exe)
-        if not plain(layout) or type(exe) is not Executable or not exe.plain_in:
-            continue
-        try:
-            outputs = t._unpack(tree, list(range(len(exe.graph.outputs))))
-        except Exception:   # noqa: BLE001 - a result that is more than arrays: not callable
-            continue
-        if _indices(outputs):
+        outputs, why = _callable(t, layout, sig, exe, tree)
+        if why is None:
             found.append((tuple(s for s, _ in sig), tuple(d for _, d in sig), exe, consts,
                           outputs))
+        elif refusals is not None:
+            refusals.append((sig, why))
     return found
+
+
+def _callable(t, layout, sig, exe, tree):
+    """(the result's structure, None) for a signature @njit code can call, else
+    (None, why not and what works instead)."""
+    parts, kparts = layout
+    if kparts:
+        return None, (f"called with keyword argument(s) {', '.join(k for k, _ in kparts)}: "
+                      f"@njit code passes arrays positionally")
+    for i, (kind, treedef, *rest) in enumerate(parts):
+        if kind == "static":
+            return None, (f"argument {i} is static ({type(treedef.value).__name__}): @njit "
+                          f"code passes arrays only; bind it in the function (a closure, "
+                          f"functools.partial) and transform that")
+        if treedef == ("none",):
+            return None, f"argument {i} is None: @njit code passes arrays only"
+        if treedef is not None:
+            return None, (f"argument {i} is a pytree ({treedef[0]}): pytree arguments are not "
+                          f"callable from @njit; pass its leaves as separate C-contiguous "
+                          f"arrays, or one flat array (gj.ravel_pytree)")
+        if rest[0] != (None,):
+            return None, (f"argument {i} is a {type(rest[0][0].value).__name__}, not an array: "
+                          f"@njit code passes arrays only")
+    zero = [str(i) for i, (s, _) in enumerate(sig) if s == ()]
+    if zero:
+        return None, (f"argument{'s' if len(zero) > 1 else ''} {', '.join(zero)} "
+                      f"{'are' if len(zero) > 1 else 'is'} 0-d (a Python number or a 0-d "
+                      f"array), which @njit code cannot pass: pass a one-element array "
+                      f"(np.array([v])) and read v[0] in the function")
+    if exe.__class__ is tiers.Tiered:
+        return None, ("it is still compiling in the background: compile_for(*examples) "
+                      "waits for it" if exe.failed is None else
+                      f"its compile failed ({exe.failed!r}): it runs on the NumPy interpreter")
+    if type(exe) is not Executable:
+        if tiers.holds_float16(exe.graph):
+            return None, ("it computes in float16 (as np.exp of uint8 does), which runs on "
+                          "NumPy: Numba has no float16")
+        if type(exe).__name__.startswith("Interpreted"):
+            return None, ("it runs on the NumPy interpreter (GRADJIT_EXECUTOR=numpy, "
+                          "gj.set_tiering('never'), or its compile failed): no compiled code")
+        if hasattr(exe, "updates"):
+            return None, ("it updates running statistics (batch norm in training) after each "
+                          "call, which Python does around its compiled code")
+        return None, ("its compiled code takes same-shaped arguments stacked into one array "
+                      "(a loop over them was rolled), which Python does per call")
+    try:
+        outputs = t._unpack(tree, list(range(len(exe.graph.outputs))))
+    except Exception:   # noqa: BLE001 - a result that is more than arrays: not callable
+        outputs = None
+    if outputs is None or not _indices(outputs):
+        return None, ("its result is not arrays (has_aux with a value that is not an array, "
+                      "or a result holding Python values)")
+    return outputs, None
 
 
 def _indices(x):
@@ -119,26 +207,28 @@ def _render(x):
 
 def numba_callable(t):
     """The Numba dispatcher standing for ``t`` in ``@njit`` code (see the contract)."""
-    if getattr(t, "device", "cpu") == "cuda":
-        raise GradjitError(f"{_name(t)}: a CUDA transform cannot be called from @njit code")
-    entries = _entries(t)
+    _refuse_kind(t)
+    refusals = []
+    entries = _entries(t, refusals)
     if not entries:
-        half = any(tiers.holds_float16(tiers.settled(e[0]).graph) for e in list(t._compiled.values()))
-        raise GradjitError(
-            f"{_name(t)}: nothing compiled that @njit code can call. Call it once from Python "
-            f"with plain arrays (or {type(t).__name__}.compile_for(*examples)) first: @njit "
-            f"code reaches the compiled signatures, whose arguments must be C-contiguous "
-            f"arrays and whose results arrays" + (
-                " (a signature computing in float16, as np.exp of uint8 does, runs on NumPy: "
-                "Numba has no float16)" if half else ""))
+        how = (f" Call it once from Python with plain arrays (or {type(t).__name__}"
+               f".compile_for(*examples)) first.")
+        if refusals:
+            how = " Its compiled signatures cannot be called from @njit: " + "; ".join(
+                f"({_leaves_text(sig)}): {why}" for sig, why in dict.fromkeys(refusals)) + "."
+        raise NjitCallError(
+            f"{_name(t)}: nothing compiled that @njit code can call.{how} @njit code reaches "
+            f"the compiled signatures whose arguments are C-contiguous arrays of at least one "
+            f"dimension, passed positionally, and whose results are arrays", _njit_site())
     stamp = tuple(id(e[2]) for e in entries)
     made = getattr(t, "_njit", None)
     if made is not None and made[0] == stamp:
         return made[1]
     arity = {len(e[0]) for e in entries}
     if len(arity) != 1:
-        raise GradjitError(f"{_name(t)}: compiled with {sorted(arity)} arguments; @njit code "
-                           f"can call a transform compiled for one number of arguments")
+        raise NjitCallError(f"{_name(t)}: compiled with {sorted(arity)} arguments; @njit code "
+                            f"can call a transform compiled for one number of arguments",
+                            _njit_site())
     args = ", ".join(f"a{i}" for i in range(arity.pop()))
     m = _define(f"njit stand-in for {_name(t)}",
                 [f"def stub({args}):", "    raise NotImplementedError", "",
@@ -151,6 +241,24 @@ def numba_callable(t):
     return disp
 
 
+def _leaves_text(sig):
+    return ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in sig)
+
+
+def _refuse_kind(t):
+    """Transforms no signature of which @njit (or C) code can call."""
+    if getattr(t, "device", "cpu") == "cuda":
+        raise NjitCallError(f"{_name(t)}: a CUDA transform cannot be called from @njit code",
+                            _njit_site())
+    if getattr(t, "jacobian", False):
+        raise NjitCallError(
+            f"{_name(t)}: Jacobian transforms (gj.jacrev, gj.jacfwd, gj.hessian) cannot be "
+            f"called from @njit code: Python assembles their results from the compiled rows. "
+            f"Call it from Python, or from @njit call a gj.jit of a function that calls it: "
+            f"jac = gj.{type(t).__name__}(...); gj.jit(lambda *a: jac(*a)) traces the "
+            f"Jacobian into one graph, which @njit code can call", _njit_site())
+
+
 def _implement(t, entries, argtypes):
     """The implementation of ``t`` for Numba argument types ``argtypes``: the entries of
     matching dtypes and dimensions, chosen by shape at run time."""
@@ -160,9 +268,14 @@ def _implement(t, entries, argtypes):
     have = "; ".join(", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in zip(e[0], e[1]))
                      for e in entries)
     if not fit:
-        raise TypingError(f"{_name(t)}: called from @njit code with ({', '.join(map(str, argtypes))}),"
-                          f" which it has no compiled code for. It has: {have}. Call it once from "
-                          f"Python with such arrays (C-contiguous), or compile_for(*examples)")
+        layout = [a for a in argtypes if isinstance(a, types.Array) and a.layout != "C"]
+        raise NjitCallError(
+            f"{_name(t)}: called from @njit code with ({', '.join(map(str, argtypes))}), which "
+            f"it has no compiled code for. It has: {have}. " + (
+                "Arguments from @njit code must be C-contiguous arrays (np.ascontiguousarray "
+                "in the @njit code copies one)" if layout else
+                "Call it once from Python with such arrays (C-contiguous), or "
+                "compile_for(*examples)"), _njit_site())
     n = len(argtypes)
     params = ", ".join(f"a{i}" for i in range(n))
     lines = [f"def impl({params}):"]
@@ -184,13 +297,19 @@ def _implement(t, entries, argtypes):
 
 
 def c_callable(t, examples):
+    _refuse_kind(t)
     t.compile_for(*examples)
     shapes = tuple(np.shape(a) for a in examples)
     dtypes = tuple(np.asarray(a).dtype for a in examples)
     entry = next((e for e in _entries(t) if e[0] == shapes and e[1] == dtypes), None)
     if entry is None:
+        _, key, _ = pytree.split_args(examples, {}, t.static, t.static_names, t.__name__)
+        got = t._compiled.get(key)
+        why = None if got is None else _callable(t, key[0], key[1], tiers.settled(got[0]),
+                                                 got[2])[1]
         raise GradjitError(f"{_name(t)}: no C-callable form for these arguments (they must be "
-                           f"arrays of at least one dimension, and the results arrays)")
+                           f"arrays of at least one dimension, and the results arrays)"
+                           + (f": {why}" if why else ""))
     _, _, exe, consts, outputs = entry
     leaves = _leaves(outputs)
     outs = [exe.graph.outputs[i] for i in leaves]

@@ -9,7 +9,6 @@ import textwrap
 import numba
 import numpy as np
 import pytest
-from numba.core.errors import TypingError
 
 import gradjit as gj
 
@@ -108,8 +107,55 @@ def test_clear_errors_for_what_has_no_code(data):
     @numba.njit
     def use32(w, x):
         return fresh(w, x)
-    with pytest.raises(TypingError, match="no compiled code for"):
+    # gradjit's message is the exception's own (a Numba TypingError buried it in Numba's
+    # report), naming the user's line
+    with pytest.raises(gj.GradjitError, match=r"^gj.grad\(loss\): called from @njit code with "
+                       r"\(array\(float32, 1d, C\).*no compiled code for.*It has: float64\[3\], "
+                       r"float64\[8, 3\]\. (?s:.*)at File .*line \d+:\s+return fresh\(w, x\)$"):
         use32(w.astype(np.float32), x.astype(np.float32))
+    with pytest.raises(TypeError, match=r"^gj.grad\(loss\): called from @njit code with "
+                       r"\(array\(float64, 1d, C\), array\(float64, 2d, F\)\).*must be "
+                       r"C-contiguous"):
+        use32(w, np.asfortranarray(x))
+
+
+def _refused(t, *match):
+    @numba.njit
+    def call(a, b):
+        return t(a, b)
+    with pytest.raises(gj.GradjitError) as got:
+        call(np.ones(3), np.ones((8, 3)))
+    for m in match:
+        assert m in str(got.value)
+    assert "Call it once from Python" not in str(got.value)
+    assert 'line ' in str(got.value) and "return t(a, b)" in str(got.value)
+
+
+def test_what_njit_code_cannot_call_is_refused_saying_why(data, monkeypatch):
+    # (the reasons come before the executor's: the interpreter spares the compiles)
+    monkeypatch.setenv("GRADJIT_EXECUTOR", "numpy")
+    w, x = data
+    _refused(gj.jacrev(lambda w, x: np.tanh(x @ w)).compile_for(w, x),
+             "gj.jacrev(<lambda>): Jacobian transforms", "cannot be called from @njit code",
+             "gj.jit(lambda *a: jac(*a))")
+    _refused(gj.hessian(loss).compile_for(w, x), "Jacobian transforms")
+    _refused(gj.grad(lambda p, x: loss(p["w"], x)).compile_for({"w": w}, x),
+             "argument 0 is a pytree (dict)", "gj.ravel_pytree")
+    _refused(gj.grad(lambda s, x: (x * s).sum()).compile_for(2.0, x),
+             "(float64[], float64[8, 3]): argument 0 is 0-d", "one-element array")
+    _refused(gj.grad(loss).compile_for(w, x=x), "keyword argument(s) x")
+
+
+def test_a_jacobian_traced_into_a_jit_is_callable_from_njit(data):
+    w, x = data
+    jac = gj.jacrev(lambda w, x: np.tanh(x @ w))
+    inside = gj.jit(lambda *a: jac(*a)).compile_for(w, x)
+
+    @numba.njit
+    def call(w, x):
+        return inside(w, x)
+    want = (1 - np.tanh(x @ w) ** 2)[:, None] * x
+    np.testing.assert_allclose(call(w, x), want, rtol=1e-13)
 
 
 @pytest.mark.slow   # (fresh processes: CI's slow suite runs it)
