@@ -70,6 +70,13 @@ class NjitCallError(GradjitError, TypeError):
     ``TypingError`` would be one line deep in its report of the failed typing."""
 
 
+class TracedIntoNjitError(GradjitError, TypeError):
+    """A traced array reached a ``@numba.njit`` function. A ``TypeError`` as Numba's own
+    refusal of an argument type: a transform's hot path (runtime/transforms.py) calls its
+    compiled code with the caller's arguments and, on a ``TypeError``, goes the slow way
+    (a traced argument there: the transform is part of the enclosing trace)."""
+
+
 def _njit_site():
     """The user's line being typed: the location of the innermost step of Numba's typing
     (a ``loc``, or an ``inst``'s, of its frames) outside gradjit's stand-ins, else the first
@@ -361,7 +368,7 @@ def _typeof_tracer(val, c):
         else:
             site = Site(fn, f.f_lineno)
         f = f.f_back
-    raise GradjitError(
+    raise TracedIntoNjitError(
         f"a traced value (an array of shape {tuple(val.shape)}, {val.dtype}) reached the "
         f"@numba.njit function {name or ''!r}: inside gj.jit / gj.grad arrays are traced, and "
         f"Numba compiles for concrete arrays. Call the @njit function outside the traced "

@@ -240,9 +240,11 @@ def test_many_new_structures_share_one_compile_thread(monkeypatch, rng):
         gj.set_tiering(None)
 
 
-def test_compile_for_compiles_a_queued_structure_itself(monkeypatch, rng):
+def test_compile_for_compiles_a_queued_structure_itself(monkeypatch, rng, tmp_path):
     """``compile_for`` of a structure still queued behind another's compile builds it in the
     calling thread instead of waiting for the queue."""
+    # (an empty cache dir: a structure found on disk is loaded, never queued)
+    monkeypatch.setenv("GRADJIT_CACHE_DIR", str(tmp_path))
     gate, first = threading.Event(), []
     real = compiler._compile_in_background
 
@@ -258,7 +260,9 @@ def test_compile_for_compiles_a_queued_structure_itself(monkeypatch, rng):
         g2 = gj.grad(lambda x: (np.cos(x) * 0.2718).sum())
         x = rng.standard_normal(7)
         g1(x)                          # its compile holds the compile thread at the gate
+        end = time.monotonic() + 60
         while not first:
+            assert time.monotonic() < end, "the first compile never started"
             time.sleep(0.001)
         g2(x)                          # queued behind it
         g2.compile_for(x)              # built here, the gate still shut
