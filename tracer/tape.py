@@ -62,6 +62,8 @@ import itertools
 import threading
 import weakref
 
+import numpy as np
+
 from gradjit.tracer.gradfn import GradFn, _seq
 from gradjit.tracer.ir import _key_attr
 
@@ -165,7 +167,7 @@ def fn_key(fn):
 class Tape:
     __slots__ = ("gen", "fns", "parts", "fed", "open", "slots", "leaves", "first", "types",
                  "broken", "special", "trim_at", "held", "exp", "nodes", "long_ref",
-                 "__weakref__")
+                 "handed", "__weakref__")
 
     def __init__(self):
         self.gen = next(_gens)
@@ -182,6 +184,7 @@ class Tape:
         self.exp = None          # the step expected next (tracer/replay.py), while it matches,
         self.nodes = []          # and the nodes that matched it (strong references, until it
         self.long_ref = None     # stops: replay.resume), entry PAUSE_AT's _long reference
+        self.handed = []         # (array, its copy): memory handed out while entries wait
         with _TAPES_LOCK:   # (two threads making tapes at once must both be listed)
             _TAPES[:] = [r for r in _TAPES if r() is not None] + [weakref.ref(self)]
 
@@ -211,6 +214,8 @@ class Tape:
             self.trim_at = TRIM_MIN
         self.special = False
         self.exp = exp
+        if self.handed:
+            self.handed = []
 
     def add(self, fn):
         """Record ``fn``; False when the tape is (or just got) broken and did not take it."""
@@ -358,6 +363,10 @@ class Tape:
         self.trim_at = max(TRIM_MIN, 2 * len(alive))
         return len(alive)
 
+    def pending(self):
+        """Whether deferred nodes may wait here (recorded, or matched while replaying)."""
+        return bool(self.fns) or (self.exp is not None and bool(self.nodes))
+
     def clear(self):
         """Broken until the next take; drop what was recorded (computing its deferred
         nodes first: a pending node must always be on the current tape). Returns False."""
@@ -367,8 +376,15 @@ class Tape:
         resume()
         self.flush()
         self.fns, self.parts, self.fed, self.slots, self.leaves = [], [], [], {}, []
-        self.first, self.types = [], []
+        self.first, self.types, self.handed = [], [], []
         return False
+
+    def written(self):
+        """Whether memory handed out while entries were recorded (``handing_out``) was
+        written since: then the joint plan, which computes the forward again from the
+        arrays, must not run (``check_handed``)."""
+        return any(not np.array_equal(a, copy, equal_nan=a.dtype.kind in "fc")
+                   for a, copy in self.handed)
 
     def flush(self):
         """Compute every deferred node recorded here (tracer/deferred.py)."""
@@ -425,6 +441,27 @@ def flush():
         tape.flush()
 
 
+def handing_out(array):
+    """The user's code gets a tensor's own ``array`` (``.data``, ``.numpy()``,
+    ``np.asarray``) while entries are recorded on this thread's tape: it may write into it
+    (``c.data[:] = ...``). Deferred values are computed now, from what the arrays hold
+    now (torch's forward ran before the write), and a copy of ``array`` is kept: if it
+    was written when the step's backward starts (``check_handed``), the tape breaks and
+    the backward starts from the computed values, where the joint plan would compute them
+    again from the written arrays. Reading (``W.data`` for a metric) keeps the fast path."""
+    tape = _local.tape
+    if tape is not None and tape.pending():
+        tape.flush()
+        if isinstance(array, np.ndarray):
+            tape.handed.append((array, array.copy()))
+
+
+def check_handed(tape):
+    """Before a backward takes ``tape``: break it if handed-out memory was written."""
+    if tape.handed and tape.written():
+        tape.clear()
+
+
 def take(roots):
     tape = current()
     _local.tape = Tape()
@@ -438,6 +475,7 @@ def peek(roots):
 
 
 def _taken(tape, roots, flush=True):
+    check_handed(tape)
     if tape.exp is not None:
         RESUME[0](tape)
     if tape.open != 1 and not tape.broken:

@@ -79,8 +79,10 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
                 if fn.out_data is None:   # (freed: cannot happen while this Tensor holds it)
                     raise RuntimeError(FREED)
             d = self._data = fn.out_data[self._index]
-        elif _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
-            tape.flush()   # the caller may write into it (w.data -= ...): deferred values first
+            if _user_caller(1):
+                tape.handing_out(d)   # the caller may write into it (y.data[:] = 0)
+        elif (tp := _tape_local.tape) is not None and tp.pending() and _user_caller(1):
+            tape.handing_out(d)   # the caller may write into it (c.data[:] = ...)
         return d
 
     @data.setter
@@ -128,8 +130,8 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
-        if _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
-            tape.flush()   # (shared memory the caller may write: as .data)
+        if (tp := _tape_local.tape) is not None and tp.pending() and _user_caller(1):
+            tape.handing_out(self.data)   # (shared memory the caller may write: as .data)
         return self.data
 
     def __array__(self, dtype=None, copy=None):
@@ -138,9 +140,10 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
         # not copy (a dtype change then cannot be honoured).
         if is_device_array(self.data):
             self.numpy()
-        if _tape_local.tape is not None and _tape_local.tape.fns and _user_caller(1):
-            tape.flush()   # (np.asarray(t) shares memory the caller may write: as .data)
         data = self.data
+        if (tp := _tape_local.tape) is not None and tp.pending() and _user_caller(1) \
+                and not copy:
+            tape.handing_out(data)   # (np.asarray(t) shares memory the caller may write)
         if dtype is not None and np.dtype(dtype) != data.dtype:
             if copy is False:
                 raise ValueError(f"np.asarray(tensor, dtype={np.dtype(dtype).name}, copy=False): "
@@ -218,6 +221,8 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
         return f"tensor({body}{extra})"
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        if (tp := _tape_local.tape) is not None and tp.handed:
+            tape.check_handed(tp)   # (memory handed out and written: no joint plan)
         # A plain backward of a step that replayed (tracer/replay.py) whole: its backward as
         # runtime/fast_backward.py wrote it out (``take``: None when it does not apply).
         if (gradient is None and (tp := _tape_local.tape) is not None

@@ -175,6 +175,44 @@ def test_memory_handed_out_to_numpy_writes_sees_recorded_values(rng):
     assert (u.item(), s.item()) == (6.0, 6.0)   # (not 12: [1, 2, 3] * 2; not 15: [10, 2, 3])
 
 
+def test_a_write_into_handed_out_memory_before_backward_keeps_the_forward(eager):
+    # c.data[:] = ... between an op and backward(): the op's value was computed before the
+    # write (torch's, and eager mode's: the forward ran), but the joint plan computed the
+    # whole forward again from the written arrays: loss and gradients of the new c. The
+    # backward reads c as it is now (torch's mul saved c itself): cos(w c_old) * c_new
+    def run():
+        w = gj.tensor(np.array([0.5, 1.0, 1.5]), requires_grad=True)
+        c = gj.tensor(np.array([1.0, 2.0, 3.0]))
+        y = (w * c).sin()
+        c.data[:] = c.data + 1.0
+        loss = y.sum()
+        loss.backward()
+        return loss.item(), np.asarray(w.grad)
+    w, c = np.array([0.5, 1.0, 1.5]), np.array([1.0, 2.0, 3.0])
+    for _ in range(3):   # (the second and third steps: the tape's fast path)
+        value, grad = run()
+        assert value == pytest.approx(np.sin(w * c).sum(), rel=1e-14)
+        np.testing.assert_allclose(grad, np.cos(w * c) * (c + 1.0), rtol=1e-14)
+    with eager():
+        value, grad = run()
+    np.testing.assert_allclose(grad, np.cos(w * c) * (c + 1.0), rtol=1e-14)
+
+
+def test_a_replayed_step_computes_pending_values_before_handing_out_memory(rng):
+    # while a step replays the last one, its pending nodes are the replay's (tape.fns is
+    # empty): w.data[:] -= ... then missed them, and a loss still pending saw the new w
+    X, Y = rng.normal(size=(8, 3)), rng.normal(size=(8, 2))
+    w = gj.tensor(rng.normal(size=(3, 2)), requires_grad=True)
+    for _ in range(5):
+        loss = ((gj.tensor(X) @ w).tanh() - gj.tensor(Y)).pow(2).mean()
+        loss.backward()
+        again = ((gj.tensor(X) @ w).tanh() - gj.tensor(Y)).pow(2).mean()   # pending
+        w.data[:] -= 0.1 * np.asarray(w.grad)
+        w.grad = None
+        assert again.item() == pytest.approx(loss.item(), rel=1e-12)   # (not the new w's)
+        del again
+
+
 def test_side_computations_and_broken_tapes_fall_back(rng, joints):
     x, w, b = _leaves(rng)
     side = (w * 3.0).sum()                         # not part of the loss
