@@ -129,7 +129,8 @@ def _fold(graph, s, p, t, roots):
             feeds[(j, m)] = _classify(graph, us, where, before, j)
     for j in range(p):   # attributes vary only in x[a + b*k] slices and float ops' numbers
         n0 = steps[0][j]
-        if n0.op in _VARYING and any(steps[k][j].attrs != n0.attrs for k in range(t)):
+        key0 = _attrs_key(n0.attrs)   # (numbers by their bits: -0.0 is not 0.0)
+        if n0.op in _VARYING and any(_attrs_key(steps[k][j].attrs) != key0 for k in range(t)):
             if n0.op in _SCALAR_OPS:
                 x, out = n0.inputs[0], n0.outputs[0]
                 others = [steps[k][j].attrs["other"] for k in range(t)]
@@ -157,6 +158,10 @@ def _fold(graph, s, p, t, roots):
     return _rewrite(graph, s, p, t, steps, feeds, outside)
 
 
+def _attrs_key(attrs):
+    return tuple((k, _key_attr(v)) for k, v in attrs.items())
+
+
 def _classify(graph, us, where, before, j):
     w0 = where.get(us[0])
     if w0 is not None:
@@ -176,7 +181,9 @@ def _classify(graph, us, where, before, j):
         return ("inv", us[0])
     if all(u in before and u in graph.constants for u in us):
         arrays = [graph.constants[u] for u in us]
-        if all(np.array_equal(a, arrays[0]) and a.dtype == arrays[0].dtype for a in arrays):
+        a0 = arrays[0]   # (equal bits: -0.0 is not 0.0, a NaN is itself)
+        if all(a.shape == a0.shape and a.dtype == a0.dtype and a.tobytes() == a0.tobytes()
+               for a in arrays):
             return ("inv", us[0])
         return ("const", us)
     raise _Reject

@@ -203,3 +203,43 @@ def test_a_transform_inside_a_trace_leaves_the_enclosing_values_alone(fn):
               (x * 2.0 + 1.0).sum() + (3 * (x[:2] * 2.0 + 1.0) ** 2).sum())
     np.testing.assert_allclose(value, expect, rtol=1e-12)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_steps_that_differ_in_the_sign_of_a_zero_stay_apart(executor):
+    # 0.0 == -0.0: steps alternating between them were merged, every step taking the first
+    # one's zero (arctan2 then gave +pi where NumPy gives -pi)
+    def f(x):
+        h = x
+        for t in range(16):
+            y = np.abs(h) * (0.0 if t % 2 == 0 else -0.0)
+            h = np.tanh(h + y)
+        return np.arctan2(y, -1.0)
+    zeros = [np.zeros(3) if t % 2 == 0 else -np.zeros(3) for t in range(16)]
+
+    def g(x):
+        h = x
+        for z in zeros:   # (per-step arrays: equal values, other bits)
+            y = np.abs(h) * z
+            h = np.tanh(h + y)
+        return np.arctan2(y, -1.0)
+    x = np.zeros(3)
+    np.testing.assert_array_equal(gj.jit(f)(x), f(x))
+    np.testing.assert_array_equal(gj.jit(g)(x), g(x))
+
+
+def test_a_folded_loops_large_per_step_arrays_are_checked_at_each_call(executor):
+    # the per-step arrays W[t] (over 64 KiB: read live when used as they are) were stacked
+    # into one copy at the fold, and the guard only checked that W still held them: a
+    # change to W[15] afterwards was never seen
+    W = [np.full(9000, 0.5) for _ in range(16)]
+
+    def f(x):
+        h = x
+        for t in range(16):
+            h = np.tanh(h * W[t] + 0.1)
+        return h
+    x = np.ones(9000)
+    F = gj.jit(f)
+    np.testing.assert_allclose(F(x), f(x), rtol=1e-12)
+    W[15][:] = -3.0
+    np.testing.assert_allclose(F(x), f(x), rtol=1e-12)
