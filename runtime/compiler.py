@@ -370,11 +370,10 @@ def gc_paused():
 def compile_graph(graph, batched=None):
     """An executable for ``graph``; with ``batched`` (input indices), those inputs carry a
     leading batch dimension and every output gains one (see lowering/codegen_batched)."""
-    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy" or tiers.holds_float16(graph):
+    if os.environ.get("GRADJIT_EXECUTOR", "numba") == "numpy" or tiers.holds_float16(graph) \
+            or tiers.mode() == "never":
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
     if batched is None:
-        if tiers.mode() == "never":
-            return Interpreted(graph)
         if tiers.wants_background(graph):
             return tiers.Tiered(graph, lambda: _compile_in_background(graph))
     try:

@@ -273,3 +273,18 @@ def test_compile_for_compiles_a_queued_structure_itself(monkeypatch, rng, tmp_pa
         gj.wait_compiled(60)
         gj.set_tiering(None)
     np.testing.assert_allclose(g1(x), np.exp(x) * 0.3141, rtol=1e-12)
+
+
+def test_never_keeps_jacobian_transforms_on_the_interpreter():
+    # the batched (Jacobian) entry ignored the switch and compiled
+    gj.set_tiering("never")
+    try:
+        gj.reset_stats()
+        h = gj.hessian(lambda x: (np.sin(x) * x).sum())(np.array([0.5, 1.0]))
+        j = gj.jacrev(np.sin)(np.array([0.5, 1.0]))
+    finally:
+        gj.set_tiering(None)
+    x = np.array([0.5, 1.0])
+    np.testing.assert_allclose(np.diag(h), 2 * np.cos(x) - x * np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(np.diag(j), np.cos(x), rtol=1e-12)
+    assert gj.stats()["compiles"] == 0
