@@ -4,8 +4,8 @@ differences. A ``gj.GradjitError`` is an accepted refusal (reported as a hypothe
 event: ``pytest --hypothesis-show-statistics``); any other exception or a wrong number
 fails.
 
-A small, derandomized budget runs here (interpreter executor, plus a few compiled
-programs); ``python bench/random_programs.py --long`` runs 10,000. Features listed in
+A small, derandomized budget runs with the slow suite (interpreter executor, plus a few
+compiled programs); ``python bench/random_programs.py --long`` runs 10,000. Features listed in
 ``generator.KNOWN_BUGS`` are left out here (the CLI keeps them with ``--all``).
 """
 import numpy as np
@@ -40,6 +40,7 @@ def test_random_programs_interpreted(prog):
         _verdict(check_program(prog))
 
 
+@pytest.mark.slow   # (about 45 s of Numba compiles: the default run's largest single test)
 @settings(max_examples=4, **_SETTINGS)
 @given(programs(exclude=CI_EXCLUDE, max_steps=6))
 def test_random_programs_compiled(prog):
