@@ -206,14 +206,15 @@ class _Transformed:
                 g, tree, arg_values, statics = self._guarded_trace(traced, layout)
         g.view_tree = None
         updates = hidden_updates(g, arg_values)
-        consts = tuple(g.constants[v] for v in g.inputs[len(arg_values):])
+        const_ins = g.inputs[len(arg_values):]
+        consts = tuple(g.constants[v] for v in const_ins)
         # (after the trace: what it read from outside, checked before each later call)
         # (a constant NumPy made non-contiguous, Wt.T, goes to the hot path as a copy made
         # once: the arrays behind it are then compared at each call, not read live; so are
         # constants no node reads: a folded loop's per-step arrays, stacked into one copy)
         read = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
-        guard = guards_for(self.fn, statics, [g.constants[v] for v in g.inputs[len(arg_values):]
-                                              if v in read and contiguous(g.constants[v])])
+        guard = guards_for(self.fn, statics, [c for v, c in zip(const_ins, consts)
+                                              if v in read and contiguous(c)])
         # Jacobian transforms feed a batch of seeds through one compiled loop.
         batched = getattr(g, "batched_inputs", None)
         if self.device == "cuda":
