@@ -10,7 +10,9 @@ Contract
   no expression raises NotImplementedError naming it. Integer and bool operands of
   float math (``OpDef.float_math``: exp, sigmoid, atan2 ...) are cast to the float
   result dtype first (``-x`` of a uint8 would wrap around), and so is an integer exponent of
-  a float power (Numba's integer power raises at ``0.0 ** -1``).
+  a float power (Numba's integer power raises at ``0.0 ** -1``). An integer power with a
+  traced signed exponent calls ``sp.int_power``, which raises NumPy's ValueError where
+  the exponent is negative.
 - ``acc_init(op, dtype, exact)`` / ``acc_update(op, tgt, x)``: a reduction's
   initial value (a literal) and its accumulation statement (NaN propagates
   through max and min); shared with the CUDA generator.
@@ -33,6 +35,15 @@ def _expr(node, a, e):
     s = _raw_expr(node, a, e)
     out = node.outputs[0].dtype
     return f"{_np_dtype(out)}({s})" if out.kind in "iu" and out.itemsize < 8 else s
+
+
+def _int_power(node, e):
+    """Whether ``node`` raises an integer to a traced signed integer exponent, which
+    NumPy refuses where negative (the exponent's values are not known at trace time)."""
+    if node.outputs[0].dtype.kind not in "iu" or node.inputs[-1].dtype.kind != "i":
+        return False
+    e.imports.add("from gradjit.lowering import special_cpu as sp")
+    return True
 
 
 def _raw_expr(node, a, e):
@@ -72,7 +83,10 @@ def _raw_expr(node, a, e):
             return special[at["exponent"]]
         return f"{x} ** {c('exponent')}"
     if op == "pow.Scalar":
-        return f"{e.const(at['self'], ref)} ** {a[0]}"
+        k = e.const(at['self'], ref)
+        return f"sp.int_power({k}, {a[0]})" if _int_power(node, e) else f"{k} ** {a[0]}"
+    if op == "pow.Tensor_Tensor" and _int_power(node, e):
+        return f"sp.int_power({a[0]}, {a[1]})"
     simple = {
         "mul.Tensor": "{0} * {1}", "div.Tensor": "{0} / {1}", "pow.Tensor_Tensor": "{0} ** {1}",
         "neg.default": "-{0}", "abs.default": "abs({0})", "expand.default": "{0}",

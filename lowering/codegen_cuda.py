@@ -125,6 +125,11 @@ class CudaEmitter:
         if "np." in _ALLOWED_NP.sub("", s):
             raise NotImplementedError(f"CUDA code generator: op '{node.op}' renders as '{s}', "
                                       f"which has no CUDA lowering")
+        if "cm.int_power(" in s:   # (a kernel cannot raise NumPy's error at a negative one)
+            raise NotImplementedError(
+                f"CUDA code generator: op '{node.op}' raises integers to a traced integer "
+                f"exponent, which NumPy refuses where negative; a CUDA kernel cannot raise "
+                f"that error. Make the base or the exponent float, or run it on the CPU")
         return s
 
     def kernel(self, name, body, grid, note=""):

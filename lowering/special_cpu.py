@@ -9,7 +9,9 @@ Contract
   rounding: ``erfinv`` (±1 -> ±inf, |x| > 1 -> nan), ``digamma`` (0 -> -inf
   (torch), negative integers -> nan), ``polygamma(n >= 1, x)``,
   ``remainder`` (sign of the divisor, as ``np.remainder``), ``logaddexp``,
-  ``logaddexp2``, ``xlogy``, ``clamp`` and ``logit`` (with its eps bounds).
+  ``logaddexp2``, ``xlogy``, ``clamp`` and ``logit`` (with its eps bounds);
+  ``int_power`` raises NumPy's ValueError at a negative exponent (Numba's integer
+  power answers 0 or 1 there).
 - Only ``math`` and arithmetic: Numba lacks ``math.erfinv`` / ``digamma``.
 """
 from __future__ import annotations
@@ -110,6 +112,13 @@ def polygamma(n, x):
         tail += (_B2K[k - 1] * math.exp(math.lgamma(2.0 * k + n) - math.lgamma(2.0 * k + 1.0))
                  / x ** (2 * k + n))
     return sign * (fact * acc + tail)
+
+
+@jit
+def int_power(a, b):
+    if b < 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return a ** b
 
 
 @jit

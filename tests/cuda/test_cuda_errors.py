@@ -104,3 +104,11 @@ def test_a_cuda_library_that_does_not_load_is_a_reason_not_a_raw_error():
         def is_available():
             return False
     assert "no usable CUDA GPU" in gcuda._probe(NoGPU)
+
+
+def test_an_integer_power_to_a_traced_exponent_is_refused_on_cuda():
+    # NumPy raises at a negative exponent; a kernel cannot, so it would answer 0 or 1
+    from gradjit.lowering.codegen_cuda import generate_cuda
+    _, opt, _ = gj.jit(lambda a, n: a ** n).graphs(np.arange(3), np.arange(3))
+    with pytest.raises(NotImplementedError, match="pow.Tensor_Tensor.*traced integer exponent"):
+        generate_cuda(opt)

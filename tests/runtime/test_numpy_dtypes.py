@@ -390,6 +390,21 @@ def test_what_numpy_refuses_is_refused_at_trace_time(k, executor):
     assert "test_numpy_dtypes.py" in str(e.value).splitlines()[-1]   # the user's line
 
 
+def test_integer_power_to_a_traced_negative_exponent_raises_numpys_error(executor):
+    # (the exponent's values are known only when it runs: the compiled tier's integer
+    # power answered 1 ** -1 = 1 and 2 ** -1 = 0)
+    f = gj.jit(lambda a, n: (a ** n, 2 ** n))
+    a = np.array([1, 2, 3])
+    for n in (np.array([-1, 2, 1]), np.array([1, 1, -2], np.int8)):
+        with pytest.raises(ValueError, match="Integers to negative integer powers"):
+            a ** n
+        with pytest.raises(ValueError, match="Integers to negative integer powers"):
+            f(a, n)
+    for n in (np.array([0, 2, 1]), np.array([3, 1, 2], np.uint8)):
+        for got, want in zip(f(a, n), (a ** n, 2 ** n), strict=True):
+            _same(got, want)
+
+
 def test_bool_powers_and_remainders_are_numpys_int8(executor):
     b = np.array([True, False])
     fns = (lambda b: b ** 2, lambda b: b ** 3, lambda b: b ** True, lambda b: b ** b,
