@@ -26,7 +26,8 @@ from gradjit.tracer.methods_math import MathMethods, rounded_div
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.methods_shape import ShapeMethods
 from gradjit.tracer import ops, ops_math  # noqa: F401  (the records the front ends come from)
-from gradjit.tracer.registry import OPS, GradjitError, ShapeError, real_only, user_site
+from gradjit.tracer.registry import (OPS, GradjitError, GradjitRuntimeError, ShapeError, real_only,
+                                     user_site)
 
 # Binary ops: (tensor op, scalar op, reversed-scalar handler)
 def _rdiv(t, s):
@@ -131,7 +132,8 @@ def where(condition, x, y):
 def matmul(a, b):
     """``a @ b`` (``ArrayOps.__matmul__`` is this function: no gradjit frame between the
     user's line and the front end, see the reductions' comment); ``b`` may be array-like."""
-    if type(b) is not type(a):
+    both_tensors = type(b) is type(a)
+    if not both_tensors:
         b = a._coerce(b)
     sa, sb = a.shape, b.shape
     if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and a.dtype == b.dtype:
@@ -147,6 +149,12 @@ def matmul(a, b):
         raise ShapeError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
                          f"({inner_a} != {inner_b}; inputs: {a.dtype}{list(a.shape)}, "
                          f"{b.dtype}{list(b.shape)})", user_site())
+    if a.dtype != b.dtype and not numpy_rules(a) and both_tensors:
+        raise GradjitRuntimeError(
+            f"matmul: expected both operands to have the same dtype, but got: "
+            f"{np.dtype(a.dtype).name} != {np.dtype(b.dtype).name} (inputs: "
+            f"{a.dtype}{list(a.shape)}, {b.dtype}{list(b.shape)}; torch refuses mixed dtypes "
+            f"here: cast one, b.to(a.dtype))\n  at {user_site()}")
     dt = np.result_type(a.dtype, b.dtype)
     a = a if a.dtype == dt else a.to(dt)
     b = b if b.dtype == dt else b.to(dt)

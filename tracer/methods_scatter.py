@@ -6,6 +6,7 @@ moveaxis, ravel, swapdims).
 Contract
 - ``ScatterMethods`` gives ``Tensor`` and ``Tracer`` the torch-named methods
   ``scatter``, ``index_put``, ``index_add``, ``scatter_add``, ``masked_select``,
+  ``nonzero`` / ``argwhere`` (of concrete tensors),
   ``rot90``, ``repeat_interleave``, ``diag``, ``diag_embed``, ``moveaxis`` /
   ``movedim``, ``ravel``, ``swapdims``; the module function ``pad`` is
   ``torch.nn.functional.pad`` (modes constant, reflect, replicate, circular).
@@ -228,6 +229,21 @@ class ScatterMethods:
                              f"the input of shape {tuple(self.shape)}", user_site()) from None
         flat = np.flatnonzero(np.broadcast_to(m, shape)).astype(np.int64)
         return self.expand(shape).reshape(-1).index_select(0, flat)
+
+    def nonzero(self, as_tuple=False):
+        """torch's ``x.nonzero()``: the int64 positions (n, ndim) of the nonzero elements in
+        C order; ``as_tuple``: one 1-D tensor per dimension. Of a concrete tensor only: a
+        traced one's count would depend on its values."""
+        c = _need_concrete(self, "tensor", "nonzero")
+        pos = np.argwhere(c).astype(np.int64)
+        if not as_tuple:
+            return self._const(pos)
+        cols = pos.T if c.ndim else [np.zeros(len(pos), np.int64)]   # (torch's 0-d: one dim)
+        return tuple(self._const(np.ascontiguousarray(p)) for p in cols)
+
+    def argwhere(self):
+        """torch's ``x.argwhere()``: ``x.nonzero()``."""
+        return ScatterMethods.nonzero(self)
 
     # -- shape ---------------------------------------------------------------------
     def rot90(self, k=1, dims=(0, 1)):

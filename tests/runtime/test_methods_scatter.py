@@ -190,3 +190,23 @@ def test_compiled_matches_interpreted(monkeypatch):
     monkeypatch.delenv("GRADJIT_EXECUTOR")
     check_close(jit_grads(case, arrays, W), want, 1e-10, 1e-10, "compiled")
     check_close(tensor_grads(case, arrays, W), want, 1e-10, 1e-10, "compiled tensor mode")
+
+
+def test_nonzero_and_argwhere_of_concrete_tensors_as_torch():
+    cases = [(np.array([0., 1., 0., 2.]), [[1], [3]]), (np.array([[0, 3], [4, 0]]), [[0, 1], [1, 0]]),
+             (np.array(2.0), np.zeros((1, 0))), (np.array(0.0), np.zeros((0, 0))),
+             (np.zeros((2, 0)), np.zeros((0, 2)))]
+    for arr, want in cases:
+        t = gj.tensor(arr)
+        for got in (t.nonzero(), gj.nonzero(t), t.argwhere(), gj.argwhere(t)):
+            assert got.dtype == np.int64 and not got.requires_grad
+            np.testing.assert_array_equal(got.numpy(), np.reshape(want, np.shape(want)))
+        cols = t.nonzero(as_tuple=True)
+        assert len(cols) == max(arr.ndim, 1)   # (torch: one for a 0-d tensor)
+        for k, col in enumerate(cols):
+            np.testing.assert_array_equal(col.numpy(), np.asarray(want)[:, k] if arr.ndim
+                                          else np.zeros(len(want), np.int64))
+    x = gj.tensor([1.0, 0.0, 3.0], requires_grad=True)
+    np.testing.assert_array_equal((x * 2).nonzero().numpy(), [[0], [2]])   # (a non-leaf)
+    with pytest.raises(gj.GradjitError, match="nonzero: a traced tensor"):
+        gj.grad(lambda x: gj.nonzero(x).sum())(np.ones(3))

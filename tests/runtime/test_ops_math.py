@@ -138,6 +138,17 @@ def test_tensor_mode_promotes_as_torch(executor):
     assert gj.jit(lambda a, b: np.concatenate([a, b]))(f32, i64).dtype == np.float64
 
 
+def test_tensor_matmul_of_two_dtypes_is_refused_as_torch(interpreted):
+    # (torch: "expected m1 and m2 to have the same dtype"; it promoted to float64 here)
+    a, b = gj.tensor(np.ones((2, 3), np.float32)), gj.tensor(np.ones((3, 2)))
+    for f in (lambda: a @ b, lambda: gj.matmul(a, b), lambda: a @ gj.tensor(np.ones(3, int))):
+        with pytest.raises(RuntimeError, match=r"same dtype.*float32 != (float64|int64)") as e:
+            f()
+        assert "test_ops_math.py" in str(e.value).splitlines()[-1]   # the user's line
+    assert np.matmul(a, b).dtype == np.float64   # NumPy's function keeps NumPy's rule
+    assert gj.jit(lambda a, b: a @ b)(a.data, b.data).dtype == np.float64
+
+
 def test_div_rounding_modes_as_torch(executor):
     """torch's div(..., rounding_mode): "trunc" toward zero, "floor" down; integers stay
     integers; the gradient is zero (at a zero divisor too)."""
