@@ -38,6 +38,7 @@ import gc
 import hashlib
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -377,12 +378,37 @@ def compile_graph(graph, batched=None):
         if tiers.wants_background(graph):
             return tiers.Tiered(graph, lambda: _compile_in_background(graph))
     try:
-        with gc_paused():
-            return _compile_graph(graph, batched)
+        return _compile_apart(graph, batched)
     except Exception as e:   # noqa: BLE001 - as a background compile's failure: never the
         # reason a gradient fails (nor, its source on disk, every later process's)
         tiers.compile_failed(graph, e)
         return Interpreted(graph) if batched is None else InterpretedBatched(graph, batched)
+
+
+def _compile_apart(graph, batched):
+    """``_compile_graph`` on a thread of its own, the caller waiting for it.
+
+    Why: Numba's type inference raises and catches exceptions whose tracebacks hold their
+    frames, and each frame its caller's: cyclic garbage that ``gc_paused`` sends to the
+    oldest generation. On the caller's stack that garbage reached every frame above the
+    compile, and with them the user's step (a tensor-mode tape, its saved arrays) until
+    the next full collection; a thread's stack ends at the thread."""
+    done = []
+
+    def run():
+        try:
+            with gc_paused():
+                done.append((True, _compile_graph(graph, batched)))
+        except BaseException as e:   # noqa: BLE001 - raised again in the caller's thread
+            done.append((False, e))
+
+    t = threading.Thread(target=run, daemon=True, name="gradjit-compile-sync")
+    t.start()
+    t.join()
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _compile_in_background(graph):

@@ -17,10 +17,11 @@ CALLERS = (700, 10, 10)
 @pytest.fixture
 def collector():
     """The collector on with known thresholds (restored afterwards), and a fresh tape."""
+    tape.take([])   # whatever an earlier test left on this thread's tape,
+    tape.resume()   # and a pause of a long step still alive in it (an import's, a fixture's)
     was, old = gc.isenabled(), gc.get_threshold()
     gc.enable()
     gc.set_threshold(*CALLERS)
-    tape.take([])   # whatever an earlier test left on this thread's tape
     yield
     tape.take([])
     gc.set_threshold(*old)
@@ -178,3 +179,22 @@ def test_thresholds_changed_meanwhile_are_left_as_set(collector):
     loss.backward()
     del loss
     assert gc.get_threshold() == (5000, 10, 10)
+
+
+def test_a_first_compile_keeps_no_reference_to_the_users_step(collector):
+    """Numba's compile leaves cyclic garbage holding its frames, and each frame its caller's:
+    compiled on the caller's stack, the user's step (its tensors, the tape) stayed alive
+    until a full collection. With the collector off, only reference counts free it."""
+    import weakref
+    from gradjit.runtime import tiers
+    gc.disable()
+    x = gj.tensor(np.random.default_rng(5).normal(size=(3, 11)), requires_grad=True)
+    h = (x * 1.25).sinh()   # (a structure no other test compiles: the step compiles)
+    alive = weakref.ref(h.grad_fn)   # (the tape's record of the step: its saved arrays)
+    with tiers.forced("sync"):
+        loss = (h @ h.T).sum()
+        gj.reset_stats()
+        loss.backward()
+    assert gj.stats()["compiles"] >= 1
+    del h, loss
+    assert alive() is None
