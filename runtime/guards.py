@@ -30,21 +30,26 @@ Contract
     logged once (a compare per call: pass it as an argument);
   - a Python or NumPy scalar, str, bytes, None: the same type and value (``-0.0`` is not
     ``0.0``, NaN is NaN);
-  - a tuple, list or dict: the same length (a dict: the same keys in the same order) and
-    each item by these rules; above ``MAX_ITEMS`` items, a container of scalars is
-    compared with a snapshot, any other only by length;
+  - a tuple, list, deque or mapping (dict, ``MappingProxyType``, ``ChainMap``): the same
+    length (a mapping: the same keys in the same order) and each item by these rules;
+    above ``MAX_ITEMS`` items, a container of scalars is compared with a snapshot, any
+    other only by length; a set, ``array.array`` or bytearray: equal to a snapshot;
+  - a weak proxy: as the object it refers to (its attributes, through it);
   - functions, modules, classes, other objects: the same object.
 - ``holds()`` is one generated expression; any exception in it counts as a change.
 - Calls from ``@njit`` code do not check guards: the entries they link are those compiled.
 """
 from __future__ import annotations
 
+import array
+import collections
 import dis
 import functools
 import logging
 import math
 import sys
 import types
+import weakref
 
 import numpy as np
 
@@ -211,8 +216,18 @@ class _Walk:
                                                         for c in self.live)):
                 self.checks.append((3, v, None, v.copy()))
                 self.compared += v.nbytes
-        elif isinstance(v, (tuple, list, dict)):
+        elif isinstance(v, (tuple, list, dict, collections.deque, types.MappingProxyType,
+                            collections.ChainMap)):
             self.container(v)
+        elif isinstance(v, (set, frozenset, array.array, bytearray)):   # (compared whole)
+            self.checks.append((7, v, None, bytes(v) if isinstance(v, bytearray) else
+                                array.array(v.typecode, v) if isinstance(v, array.array)
+                                else type(v)(v)))
+            if isinstance(v, (set, frozenset)):
+                self.values += [x for x in v if not isinstance(x, _SCALARS)][:MAX_ITEMS]
+        elif isinstance(v, weakref.ProxyTypes):   # (its object's attributes, through it)
+            self.spaces.append(("object", v))
+            self.values.append(v.__class__)
         elif isinstance(v, types.ModuleType):
             if not foreign(getattr(v, "__file__", None) or "<frozen"):
                 self.spaces.append(("module", v))
@@ -241,16 +256,17 @@ class _Walk:
                 pass
 
     def container(self, v):
-        items = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
-        if isinstance(v, dict):
+        mapping = not isinstance(v, (tuple, list, collections.deque))
+        items = list(v.items()) if mapping else list(enumerate(v))
+        if mapping:
             self.checks.append((5, v, None, list(v)))
-        elif isinstance(v, list):
+        elif not isinstance(v, tuple):
             self.checks.append((4, v, None, len(v)))
         if len(items) <= MAX_ITEMS:
             for k, x in items:
                 self.bound(v, k, x)
         elif all(isinstance(x, _SCALARS) for _, x in items):   # (one compare in C)
-            self.checks.append((7, v, None, dict(v) if isinstance(v, dict) else type(v)(v)))
+            self.checks.append((7, v, None, dict(v) if mapping else type(v)(v)))
 
     def run(self, fn, statics):
         self.values += [fn, *statics]
@@ -293,7 +309,7 @@ class _Walk:
 
     def _class_level(self, x, kind, own, n):
         """``x.n`` found on the class (a slot, a class attribute), not the object itself."""
-        cls = x if kind == "class" else type(x)
+        cls = x if kind == "class" else x.__class__   # (a weak proxy: its object's class)
         for c in type.mro(cls):
             if n in vars(c):
                 attr = vars(c)[n]
