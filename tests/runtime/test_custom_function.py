@@ -768,3 +768,48 @@ def test_gradcheck_on_non_contiguous_inputs_and_extra_none_gradients(interpreted
         assert A.gradgradcheck(lambda a: a * a * a, (x,))
     (Twice.apply(fortran) * fortran).sum().backward()
     np.testing.assert_allclose(fortran.grad.data, 4 * fortran.data)
+
+
+
+def test_ctx_list_attribute(interpreted):
+    # a list on ctx once made the plan key unhashable (TypeError from the plan table)
+    class ScaleList(Function):
+        @staticmethod
+        def forward(ctx, x, ks):
+            ctx.ks = ks
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.ks[0], None
+
+    for k in (2.0, 2.0, 3.0):
+        x = leaf()
+        ScaleList.apply(x, [k, 0]).sum().backward()
+        np.testing.assert_allclose(x.grad.data, np.full(3, k))
+
+
+def test_ctx_lists_tuples_dicts_of_plain_values(interpreted, caplog):
+    # dicts on ctx made the backward opaque; lists, tuples and dicts of plain values,
+    # nested, are traced and part of the plan key by type and value (-0.0 is not 0.0)
+    class Conf(Function):
+        @staticmethod
+        def forward(ctx, x, ks, opts):
+            ctx.ks, ctx.opts = ks, opts
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.ks[0] * ctx.opts["scale"][1][0], None, None
+
+    for ks, opts, want in (([2.0, 0], {"scale": (1, [3.0])}, 6.0),
+                           ([2.0, 0], {"scale": (1, [3.0])}, 6.0),
+                           ([5.0, 0], {"scale": (1, [3.0])}, 15.0),
+                           ((5.0, 0), {"scale": [1, (-1.0,)]}, -5.0),
+                           ([5.0, 0], {"scale": (1, [0.0])}, 0.0),
+                           ([5.0, 0], {"scale": (1, [-0.0])}, -0.0)):
+        x = leaf()
+        Conf.apply(x, ks, opts).sum().backward()
+        np.testing.assert_array_equal(x.grad.data, np.full(3, want))
+        assert np.all(np.signbit(x.grad.data) == np.signbit(want))
+    assert "Conf" not in caplog.text   # (not logged as opaque: traced)
