@@ -9,6 +9,11 @@ Contract
   optimises and compiles them; a hit only gathers the arrays the compiled
   backward reads and calls it. So a given graph structure compiles once per
   process (and once per machine, via the disk cache).
+- What a traced custom-Function backward read from outside ctx and its
+  arguments (globals, closure cells, class attributes, tensors) was baked into
+  the plan: the plan carries a ``runtime/guards.py`` Guard of those backwards
+  (None when they read nothing that can change), checked on each hit; when a
+  value changed the plan is built again (as a transform traces again).
 - Hooks on non-leaf tensors and opaque custom-Function backwards are
   ``host_call`` nodes (``runtime/segments.py``); each call supplies that
   step's own callables. Hooks on leaves run on the final gradient.
@@ -20,6 +25,7 @@ Contract
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -32,6 +38,7 @@ from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda
 from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
+from gradjit.runtime.guards import RETRACE_WARN, guards_for
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
@@ -40,14 +47,31 @@ from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.tensor import Tensor, compute_pending
 
 _PLANS = Bounded()   # history key -> Plan (runtime/memory.py: least recently used go)
+_LOG = logging.getLogger("gradjit")
+_REBUILT = {}   # traced backwards' names -> plans built again for outside values that changed
 
 
 class Plan:
-    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched")
+    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded")
 
-    def __init__(self, **kw):
+    def __init__(self, guard=None, guarded=(), **kw):
+        self.guard, self.guarded = guard, guarded
         for k, v in kw.items():
             setattr(self, k, v)
+
+
+def _holds(plan):
+    """Whether what the plan's traced custom backwards read from outside is unchanged;
+    when not, it is logged (louder after ``RETRACE_WARN`` times) and counted."""
+    if plan.guard is None or plan.guard.holds():
+        return True
+    n = _REBUILT[plan.guarded] = _REBUILT.get(plan.guarded, 0) + 1
+    (_LOG.warning if n == RETRACE_WARN else _LOG.info)(
+        "backward: %r, read from outside by %s, changed since it was traced: traced "
+        "again%s", plan.guard.changed(), " and ".join(plan.guarded),
+        f" ({n} times; keep values that change on ctx)" if n >= RETRACE_WARN else "")
+    STATS["guard_retraces"] += 1
+    return False
 
 
 def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
@@ -56,7 +80,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     g = hist.graph()
     n_forward = len(g.nodes)
     seeds = [g.add_input(s, d) for s, d in seed_types]
-    slots = []
+    slots, traced = [], []
     hooked = {value_at(g, ("node", j, k)) for j, fn in enumerate(hist.order)
               for k, hs in (fn.hooks or {}).items() if hs}
 
@@ -66,7 +90,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
         slots.append(("hook", address(g, v)))
         return host_call(g, [cot], [(v.shape, v.dtype)], len(slots) - 1)[0]
 
-    rules = {"custom_function": custom_rule(hist, slots),
+    rules = {"custom_function": custom_rule(hist, slots, traced),
              "once_differentiable": once_differentiable_rule}
     grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
@@ -96,8 +120,12 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
         exe = compile_batched(bwd, [i for i, s in enumerate(spec) if s[0] == "seed"])
     else:
         exe = compile_segmented(bwd)
+    # (the constants are fed at each call: read live, as a transform's constants)
+    guard = guards_for(traced[0], traced[1:], [s[1] for s in spec if s[0] == "const"]) \
+        if traced else None
     return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
-                bwd_graph=bwd, batched=batched)
+                bwd_graph=bwd, batched=batched, guard=guard,
+                guarded=tuple(sorted({f.__qualname__ for f in traced})))
 
 
 def _hook_callback(hooks, create_graph):
@@ -241,7 +269,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
            os.environ.get("GRADJIT_EXECUTOR"),  # a plan is compiled or interpreted
            os.environ.get("GRADJIT_FAST_MATH"))
     plan = _PLANS.get(key)
-    if plan is None:
+    if plan is None or not _holds(plan):
         plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched, device)
     else:
         STATS["memory_hits"] += 1

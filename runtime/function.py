@@ -246,9 +246,10 @@ class _TracedCtx:
         self.materialize_grads = ctx.materialize_grads
 
 
-def custom_rule(hist, slots):
+def custom_rule(hist, slots, traced=None):
     """The adjoint rule for ``custom_function`` nodes (see ``lowering.adjoint``); ``hist``
-    is the tensor-mode History (None when tracing under gj.grad)."""
+    is the tensor-mode History (None when tracing under gj.grad). Each backward traced
+    into the plan is appended to the list ``traced`` (for the plan's guard)."""
     def rule(graph, node, grad_outs, mask):
         cls, n_in = node.attrs["function"], node.attrs["n_in"]
         ctx = node.attrs.get("ctx") or hist.ctx(node.attrs["node"])
@@ -272,6 +273,8 @@ def custom_rule(hist, slots):
                     raise TypeError("backward returned non-tensor gradients")
                 for i, (r, v) in enumerate(zip(res, node.inputs)):
                     _check_grad_shape(cls, i, r, v.shape)
+                if traced is not None:
+                    traced.append(cls.backward)
                 return [r.value if r is not None else None for r in res] + \
                     [None] * (len(node.inputs) - n_in)
             except _InvalidGradient:

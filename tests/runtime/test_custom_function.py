@@ -813,3 +813,90 @@ def test_ctx_lists_tuples_dicts_of_plain_values(interpreted, caplog):
         np.testing.assert_array_equal(x.grad.data, np.full(3, want))
         assert np.all(np.signbit(x.grad.data) == np.signbit(want))
     assert "Conf" not in caplog.text   # (not logged as opaque: traced)
+
+
+# --------------------------------------------------------------------------------------
+# values a traced backward reads from outside ctx are guarded, as a transform's
+# --------------------------------------------------------------------------------------
+
+_OUTSIDE_SCALE = 1.0
+_OUTSIDE_W = gj.tensor(np.ones(3))
+
+
+def test_backward_reading_closure_and_global_sees_new_values(executor):
+    # the traced backward once kept the first value it read forever (the plan is reused)
+    global _OUTSIDE_SCALE
+    box = [1.0]
+
+    class Outside(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * box[0] * _OUTSIDE_SCALE
+
+    try:
+        for b, s in ((1.0, 1.0), (2.0, 1.0), (2.0, 1.0), (2.0, -3.0), (7.0, -3.0)):
+            box[0], _OUTSIDE_SCALE = b, s
+            x = leaf()
+            Outside.apply(x).sum().backward()
+            np.testing.assert_allclose(x.grad.data, np.full(3, b * s))
+    finally:
+        _OUTSIDE_SCALE = 1.0
+
+
+def test_backward_reading_class_attribute_and_outside_tensor(interpreted):
+    global _OUTSIDE_W
+
+    class Attr(Function):
+        k = 2.0
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * Attr.k * _OUTSIDE_W
+
+    def grad():
+        x = leaf()
+        Attr.apply(x).sum().backward()
+        return x.grad.data
+
+    try:
+        np.testing.assert_allclose(grad(), np.full(3, 2.0))
+        Attr.k = 5.0
+        np.testing.assert_allclose(grad(), np.full(3, 5.0))
+        _OUTSIDE_W = gj.tensor(np.array([1.0, -1.0, 3.0]))   # another tensor bound there
+        np.testing.assert_allclose(grad(), [5.0, -5.0, 15.0])
+        _OUTSIDE_W.mul_(2.0)                                   # written in place
+        np.testing.assert_allclose(grad(), [10.0, -10.0, 30.0])
+    finally:
+        _OUTSIDE_W = gj.tensor(np.ones(3))
+
+
+def test_backward_reading_outside_value_double_backward(interpreted):
+    # create_graph replays the same plan: it sees the new value too
+    box = [1.0]
+
+    class Sq(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x * box[0]
+
+    for b in (2.0, 3.0):
+        box[0] = b
+        x = leaf()
+        (g,) = A.grad(Sq.apply(x).sum(), x, create_graph=True)
+        np.testing.assert_allclose(g.data, b * X)
+        (h,) = A.grad(g.sum(), x)
+        np.testing.assert_allclose(h.data, np.full(3, b))
