@@ -31,7 +31,7 @@ import os
 import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
-from gradjit.lowering.passes import extract, optimize, prune_inputs
+from gradjit.lowering.passes import dce, extract, optimize, prune_inputs
 from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
 from gradjit.runtime.memory import Bounded
@@ -52,10 +52,11 @@ _REBUILT = {}   # traced backwards' names -> plans built again for outside value
 
 
 class Plan:
-    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded")
+    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded",
+                 "replay")
 
-    def __init__(self, guard=None, guarded=(), **kw):
-        self.guard, self.guarded = guard, guarded
+    def __init__(self, guard=None, guarded=(), replay=None, **kw):
+        self.guard, self.guarded, self.replay = guard, guarded, replay
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -94,21 +95,11 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
              "once_differentiable": once_differentiable_rule}
     grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
-    bwd, feeds = extract(g, g.nodes[n_forward:], outs)
-    bwd = optimize(bwd)
+    raw, feeds = extract(g, g.nodes[n_forward:], outs)
+    bwd = optimize(raw)
     before = list(bwd.inputs)  # optimize may append constants (decompositions)
-    spec = []
-    for i in prune_inputs(bwd):
-        if i >= len(feeds):
-            spec.append(("const", bwd.constants[before[i]]))
-            continue
-        v = feeds[i]
-        if v in seeds:
-            spec.append(("seed", seeds.index(v)))
-        elif v in g.constants:  # made by a formula (e.g. the 0 of a where)
-            spec.append(("const", g.constants[v]))
-        else:
-            spec.append(address(g, v))
+    spec = [("const", bwd.constants[before[i]]) if i >= len(feeds) else _feed(g, seeds, feeds[i])
+            for i in prune_inputs(bwd)]
     if device == "cuda":
         if batched or slots:
             raise NotImplementedError("CUDA backward: hooks on non-leaf tensors, opaque custom "
@@ -125,7 +116,32 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
         if traced else None
     return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
                 bwd_graph=bwd, batched=batched, guard=guard,
-                guarded=tuple(sorted({f.__qualname__ for f in traced})))
+                guarded=tuple(sorted({f.__qualname__ for f in traced})),
+                replay=_replay_graph(raw, g, seeds, feeds))
+
+
+def _feed(g, seeds, v):
+    """The plan's feed spec of forward value ``v``: a seed, a constant, or an address."""
+    if v in seeds:
+        return ("seed", seeds.index(v))
+    if v in g.constants:  # made by a formula (e.g. the 0 of a where)
+        return ("const", g.constants[v])
+    return address(g, v)
+
+
+def _replay_graph(raw, g, seeds, feeds):
+    """(graph, feed spec) that ``create_graph`` replays when a traced backward applied a
+    custom Function: the unoptimised backward, where that Function is still a node (its
+    forward, inlined before it, is decomposed away by optimize), with only its tensor
+    arguments as inputs (replay applies it again: its inlined forward is dead). None
+    when there is none (the optimised graph is replayed)."""
+    found = [n for n in raw.nodes if n.op == "custom_function"]
+    if not found:
+        return None
+    for n in found:
+        n.inputs = n.inputs[:n.attrs["n_in"]]
+    dce(raw)
+    return raw, [_feed(g, seeds, feeds[i]) for i in prune_inputs(raw)]
 
 
 def _hook_callback(hooks, create_graph):
@@ -277,10 +293,11 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         _check_not_freed(hist, plan)
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
     if create_graph:
+        graph, spec = plan.replay or (plan.bwd_graph, plan.feeds)
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
-                 else hist.tensor(a) for a in plan.feeds]
+                 else hist.tensor(a) for a in spec]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = replay(plan.bwd_graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
+        results = replay(graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
     else:
         arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed"
                   else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]

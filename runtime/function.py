@@ -43,7 +43,7 @@ _PLAIN = (int, float, bool, str, type(None), np.dtype)
 
 class FunctionCtx:
     _INTERNAL = {"to_save", "needs_input_grad", "non_differentiable", "materialize_grads",
-                 "dirty", "_saved", "_saved_map"}
+                 "dirty", "_saved", "_saved_map", "_args"}
 
     def __init__(self):
         self.to_save = ()
@@ -210,6 +210,8 @@ class Function(metaclass=_FunctionMeta):
 def _apply_traced(cls, args):
     ctx = FunctionCtx()
     ctx.needs_input_grad = tuple(isinstance(a, Tracer) and a.dtype.kind == "f" for a in args)
+    # (the other arguments, for a replay that applies the Function again: segments.replay)
+    ctx._args = tuple(None if isinstance(a, Tracer) else a for a in args)
     out = cls._forward(ctx, args)
     single = not isinstance(out, tuple)
     outs = list((out,) if single else out)

@@ -900,3 +900,56 @@ def test_backward_reading_outside_value_double_backward(interpreted):
         np.testing.assert_allclose(g.data, b * X)
         (h,) = A.grad(g.sum(), x)
         np.testing.assert_allclose(h.data, np.full(3, b))
+
+
+def _sin_with_backward_through(cos_sign):
+    """sin as a Function whose backward applies another Function (cos, with a backward of
+    the given sign: -1 is cos's derivative, +1 a wrong one): torch's custom double
+    backward. The inner one takes a non-tensor argument too."""
+    class CosK(Function):
+        @staticmethod
+        def forward(ctx, a, k):
+            ctx.save_for_backward(a)
+            ctx.k = k
+            return a.cos() * k
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * a.sin() * (cos_sign * ctx.k), None
+
+    class Sin(Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * CosK.apply(a, 2.0) * 0.5
+
+    return Sin
+
+
+def test_function_applied_in_backward_double_backward_uses_its_backward(interpreted):
+    # the double backward once differentiated the inner Function's forward (cos), not its
+    # backward, in tensor mode (gj.grad and torch use the backward)
+    Wrong = _sin_with_backward_through(+1.0)
+    for _ in range(2):   # (the second time from the plan table)
+        x = leaf()
+        (g,) = A.grad(Wrong.apply(x).sum(), x, create_graph=True)
+        np.testing.assert_allclose(g.data, np.cos(X))
+        (h,) = A.grad(g.sum(), x)
+        np.testing.assert_allclose(h.data, np.sin(X))   # (what the wrong backward says)
+    nested = gj.grad(lambda a: gj.grad(lambda b: Wrong.apply(b).sum())(a).sum())(X)
+    np.testing.assert_allclose(nested, np.sin(X))
+    assert not A.gradgradcheck(Wrong.apply, (leaf(),), raise_exception=False)
+    Right = _sin_with_backward_through(-1.0)
+    x = leaf()
+    (g,) = A.grad(Right.apply(x).sum(), x, create_graph=True)
+    (h,) = A.grad(g.sum(), x, create_graph=True)
+    np.testing.assert_allclose(h.data, -np.sin(X))
+    (t,) = A.grad(h.sum(), x)
+    np.testing.assert_allclose(t.data, -np.cos(X))
+    assert A.gradgradcheck(Right.apply, (leaf(),))
