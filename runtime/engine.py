@@ -9,6 +9,11 @@ Contract
   optimises and compiles them; a hit only gathers the arrays the compiled
   backward reads and calls it. So a given graph structure compiles once per
   process (and once per machine, via the disk cache).
+- What a traced custom-Function backward read from outside ctx and its
+  arguments (globals, closure cells, class attributes, tensors) was baked into
+  the plan: the plan carries a ``runtime/guards.py`` Guard of those backwards
+  (None when they read nothing that can change), checked on each hit; when a
+  value changed the plan is built again (as a transform traces again).
 - Hooks on non-leaf tensors and opaque custom-Function backwards are
   ``host_call`` nodes (``runtime/segments.py``); each call supplies that
   step's own callables. Hooks on leaves run on the final gradient.
@@ -20,18 +25,20 @@ Contract
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 
 from gradjit.lowering.adjoint import adjoint
-from gradjit.lowering.passes import extract, optimize, prune_inputs
+from gradjit.lowering.passes import dce, extract, optimize, prune_inputs
 from gradjit.runtime.anomaly import check_node, checked_run
 from gradjit.runtime.compiler import STATS
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.cuda import compile_graph_cuda
 from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
+from gradjit.runtime.guards import RETRACE_WARN, guards_for
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
@@ -40,14 +47,32 @@ from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.tensor import Tensor, compute_pending
 
 _PLANS = Bounded()   # history key -> Plan (runtime/memory.py: least recently used go)
+_LOG = logging.getLogger("gradjit")
+_REBUILT = {}   # traced backwards' names -> plans built again for outside values that changed
 
 
 class Plan:
-    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched")
+    __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded",
+                 "replay")
 
-    def __init__(self, **kw):
+    def __init__(self, guard=None, guarded=(), replay=None, **kw):
+        self.guard, self.guarded, self.replay = guard, guarded, replay
         for k, v in kw.items():
             setattr(self, k, v)
+
+
+def _holds(plan):
+    """Whether what the plan's traced custom backwards read from outside is unchanged;
+    when not, it is logged (louder after ``RETRACE_WARN`` times) and counted."""
+    if plan.guard is None or plan.guard.holds():
+        return True
+    n = _REBUILT[plan.guarded] = _REBUILT.get(plan.guarded, 0) + 1
+    (_LOG.warning if n == RETRACE_WARN else _LOG.info)(
+        "backward: %r, read from outside by %s, changed since it was traced: traced "
+        "again%s", plan.guard.changed(), " and ".join(plan.guarded),
+        f" ({n} times; keep values that change on ctx)" if n >= RETRACE_WARN else "")
+    STATS["guard_retraces"] += 1
+    return False
 
 
 def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
@@ -56,7 +81,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     g = hist.graph()
     n_forward = len(g.nodes)
     seeds = [g.add_input(s, d) for s, d in seed_types]
-    slots = []
+    slots, traced = [], []
     hooked = {value_at(g, ("node", j, k)) for j, fn in enumerate(hist.order)
               for k, hs in (fn.hooks or {}).items() if hs}
 
@@ -66,25 +91,15 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
         slots.append(("hook", address(g, v)))
         return host_call(g, [cot], [(v.shape, v.dtype)], len(slots) - 1)[0]
 
-    rules = {"custom_function": custom_rule(hist, slots),
+    rules = {"custom_function": custom_rule(hist, slots, traced),
              "once_differentiable": once_differentiable_rule}
     grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
-    bwd, feeds = extract(g, g.nodes[n_forward:], outs)
-    bwd = optimize(bwd)
+    raw, feeds = extract(g, g.nodes[n_forward:], outs)
+    bwd = optimize(raw)
     before = list(bwd.inputs)  # optimize may append constants (decompositions)
-    spec = []
-    for i in prune_inputs(bwd):
-        if i >= len(feeds):
-            spec.append(("const", bwd.constants[before[i]]))
-            continue
-        v = feeds[i]
-        if v in seeds:
-            spec.append(("seed", seeds.index(v)))
-        elif v in g.constants:  # made by a formula (e.g. the 0 of a where)
-            spec.append(("const", g.constants[v]))
-        else:
-            spec.append(address(g, v))
+    spec = [("const", bwd.constants[before[i]]) if i >= len(feeds) else _feed(g, seeds, feeds[i])
+            for i in prune_inputs(bwd)]
     if device == "cuda":
         if batched or slots:
             raise NotImplementedError("CUDA backward: hooks on non-leaf tensors, opaque custom "
@@ -96,8 +111,37 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
         exe = compile_batched(bwd, [i for i, s in enumerate(spec) if s[0] == "seed"])
     else:
         exe = compile_segmented(bwd)
+    # (the constants are fed at each call: read live, as a transform's constants)
+    guard = guards_for(traced[0], traced[1:], [s[1] for s in spec if s[0] == "const"]) \
+        if traced else None
     return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
-                bwd_graph=bwd, batched=batched)
+                bwd_graph=bwd, batched=batched, guard=guard,
+                guarded=tuple(sorted({f.__qualname__ for f in traced})),
+                replay=_replay_graph(raw, g, seeds, feeds))
+
+
+def _feed(g, seeds, v):
+    """The plan's feed spec of forward value ``v``: a seed, a constant, or an address."""
+    if v in seeds:
+        return ("seed", seeds.index(v))
+    if v in g.constants:  # made by a formula (e.g. the 0 of a where)
+        return ("const", g.constants[v])
+    return address(g, v)
+
+
+def _replay_graph(raw, g, seeds, feeds):
+    """(graph, feed spec) that ``create_graph`` replays when a traced backward applied a
+    custom Function: the unoptimised backward, where that Function is still a node (its
+    forward, inlined before it, is decomposed away by optimize), with only its tensor
+    arguments as inputs (replay applies it again: its inlined forward is dead). None
+    when there is none (the optimised graph is replayed)."""
+    found = [n for n in raw.nodes if n.op == "custom_function"]
+    if not found:
+        return None
+    for n in found:
+        n.inputs = n.inputs[:n.attrs["n_in"]]
+    dce(raw)
+    return raw, [_feed(g, seeds, feeds[i]) for i in prune_inputs(raw)]
 
 
 def _hook_callback(hooks, create_graph):
@@ -241,7 +285,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
            os.environ.get("GRADJIT_EXECUTOR"),  # a plan is compiled or interpreted
            os.environ.get("GRADJIT_FAST_MATH"))
     plan = _PLANS.get(key)
-    if plan is None:
+    if plan is None or not _holds(plan):
         plan = _PLANS[key] = build_plan(hist, seed_types, targets, batched, device)
     else:
         STATS["memory_hits"] += 1
@@ -249,10 +293,11 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
         _check_not_freed(hist, plan)
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
     if create_graph:
+        graph, spec = plan.replay or (plan.bwd_graph, plan.feeds)
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
-                 else hist.tensor(a) for a in plan.feeds]
+                 else hist.tensor(a) for a in spec]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = replay(plan.bwd_graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
+        results = replay(graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
     else:
         arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed"
                   else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]

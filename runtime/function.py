@@ -12,8 +12,11 @@ Contract
   calls NumPy on raw data, keeps arrays on ``ctx`` ...) or is marked
   ``once_differentiable``, it runs as a Python callback between compiled
   segments (``host_call``), with a one-time log message. The context's plain
-  attributes (numbers, strings, tuples) are part of the plan key; any other
-  attribute makes the backward opaque.
+  attributes (numbers, strings, and lists, tuples and dicts of them, nested)
+  are part of the plan key, by type and value; any other attribute makes the
+  backward opaque. Values the traced backward reads from outside (globals,
+  closure cells, class attributes, tensors) are guarded as a transform's are
+  (``runtime/guards.py``): a change rebuilds the plan (``runtime/engine.py``).
 - In ``gj.jit`` / ``gj.grad`` (tracer arguments), forward and backward are
   both traced; the forward's ops are computed but not differentiated (the
   node's rule is the user's backward).
@@ -40,7 +43,7 @@ _PLAIN = (int, float, bool, str, type(None), np.dtype)
 
 class FunctionCtx:
     _INTERNAL = {"to_save", "needs_input_grad", "non_differentiable", "materialize_grads",
-                 "dirty", "_saved", "_saved_map"}
+                 "dirty", "_saved", "_saved_map", "_args"}
 
     def __init__(self):
         self.to_save = ()
@@ -79,13 +82,28 @@ class FunctionCtx:
         if self.opaque():
             return ("opaque",)
         return (tuple(self.needs_input_grad), self.materialize_grads,
-                tuple(sorted(self._user_attrs().items())))
+                tuple((k, _frozen(v)) for k, v in sorted(self._user_attrs().items())))
 
 
 def _is_plain(v):
     if isinstance(v, (tuple, list)):
         return all(_is_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(_is_plain(k) and _is_plain(x) for k, x in v.items())
     return isinstance(v, _PLAIN)
+
+
+def _frozen(v):
+    """A hashable key of a plain value: its type with it (so 1, 1.0 and True, or a list
+    and a tuple, are different keys) and a float's bits (-0.0 is not 0.0; NaN equals
+    itself, where ``nan == nan`` would miss the plan every time)."""
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_frozen(x) for x in v))
+    if isinstance(v, dict):
+        return (type(v), tuple((_frozen(k), _frozen(x)) for k, x in v.items()))
+    if isinstance(v, float):
+        return (type(v), v.hex())
+    return (type(v), v)
 
 
 def once_differentiable(backward):
@@ -192,6 +210,8 @@ class Function(metaclass=_FunctionMeta):
 def _apply_traced(cls, args):
     ctx = FunctionCtx()
     ctx.needs_input_grad = tuple(isinstance(a, Tracer) and a.dtype.kind == "f" for a in args)
+    # (the other arguments, for a replay that applies the Function again: segments.replay)
+    ctx._args = tuple(None if isinstance(a, Tracer) else a for a in args)
     out = cls._forward(ctx, args)
     single = not isinstance(out, tuple)
     outs = list((out,) if single else out)
@@ -228,9 +248,10 @@ class _TracedCtx:
         self.materialize_grads = ctx.materialize_grads
 
 
-def custom_rule(hist, slots):
+def custom_rule(hist, slots, traced=None):
     """The adjoint rule for ``custom_function`` nodes (see ``lowering.adjoint``); ``hist``
-    is the tensor-mode History (None when tracing under gj.grad)."""
+    is the tensor-mode History (None when tracing under gj.grad). Each backward traced
+    into the plan is appended to the list ``traced`` (for the plan's guard)."""
     def rule(graph, node, grad_outs, mask):
         cls, n_in = node.attrs["function"], node.attrs["n_in"]
         ctx = node.attrs.get("ctx") or hist.ctx(node.attrs["node"])
@@ -254,6 +275,8 @@ def custom_rule(hist, slots):
                     raise TypeError("backward returned non-tensor gradients")
                 for i, (r, v) in enumerate(zip(res, node.inputs)):
                     _check_grad_shape(cls, i, r, v.shape)
+                if traced is not None:
+                    traced.append(cls.backward)
                 return [r.value if r is not None else None for r in res] + \
                     [None] * (len(node.inputs) - n_in)
             except _InvalidGradient:

@@ -11,7 +11,11 @@ Contract
   cut at each host call into maximal runs, each run compiled on its own
   (``passes.extract``), values crossing a cut passed as arrays.
 - ``replay(graph, tensors, callbacks)`` runs a graph eagerly through Tensor
-  ops, so its results carry history (``create_graph=True``).
+  ops, so its results carry history (``create_graph=True``). A custom
+  Function applied inside a traced backward (a ``custom_function`` node, its
+  tensor arguments as inputs) is applied again, so the history records it and
+  a further backward runs its own ``backward`` (torch's way to write a custom
+  double backward), not the derivative of its forward.
 """
 from __future__ import annotations
 
@@ -98,6 +102,8 @@ def replay(graph, tensors, callbacks=(), check=None):
         ins = [env[v] for v in node.inputs]
         if node.op == HOST:
             res = callbacks[node.attrs["slot"]](*ins)
+        elif node.op == "custom_function":
+            res = _apply_function(node.attrs, ins)
         else:
             res = Tensor._apply(node.op, ins, node.attrs)
             res = res if isinstance(res, tuple) else (res,)
@@ -105,3 +111,10 @@ def replay(graph, tensors, callbacks=(), check=None):
             check(node, res)
         env.update(zip(node.outputs, res))
     return [env[v] for v in graph.outputs]
+
+
+def _apply_function(attrs, ins):
+    it, args = iter(ins[:attrs["n_in"]]), attrs["ctx"]._args
+    res = attrs["function"].apply(*[next(it) if is_t else a
+                                    for is_t, a in zip(attrs["tensor_args"], args)])
+    return res if isinstance(res, tuple) else (res,)

@@ -768,3 +768,188 @@ def test_gradcheck_on_non_contiguous_inputs_and_extra_none_gradients(interpreted
         assert A.gradgradcheck(lambda a: a * a * a, (x,))
     (Twice.apply(fortran) * fortran).sum().backward()
     np.testing.assert_allclose(fortran.grad.data, 4 * fortran.data)
+
+
+
+def test_ctx_list_attribute(interpreted):
+    # a list on ctx once made the plan key unhashable (TypeError from the plan table)
+    class ScaleList(Function):
+        @staticmethod
+        def forward(ctx, x, ks):
+            ctx.ks = ks
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.ks[0], None
+
+    for k in (2.0, 2.0, 3.0):
+        x = leaf()
+        ScaleList.apply(x, [k, 0]).sum().backward()
+        np.testing.assert_allclose(x.grad.data, np.full(3, k))
+
+
+def test_ctx_lists_tuples_dicts_of_plain_values(interpreted, caplog):
+    # dicts on ctx made the backward opaque; lists, tuples and dicts of plain values,
+    # nested, are traced and part of the plan key by type and value (-0.0 is not 0.0)
+    class Conf(Function):
+        @staticmethod
+        def forward(ctx, x, ks, opts):
+            ctx.ks, ctx.opts = ks, opts
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.ks[0] * ctx.opts["scale"][1][0], None, None
+
+    for ks, opts, want in (([2.0, 0], {"scale": (1, [3.0])}, 6.0),
+                           ([2.0, 0], {"scale": (1, [3.0])}, 6.0),
+                           ([5.0, 0], {"scale": (1, [3.0])}, 15.0),
+                           ((5.0, 0), {"scale": [1, (-1.0,)]}, -5.0),
+                           ([5.0, 0], {"scale": (1, [0.0])}, 0.0),
+                           ([5.0, 0], {"scale": (1, [-0.0])}, -0.0)):
+        x = leaf()
+        Conf.apply(x, ks, opts).sum().backward()
+        np.testing.assert_array_equal(x.grad.data, np.full(3, want))
+        assert np.all(np.signbit(x.grad.data) == np.signbit(want))
+    assert "Conf" not in caplog.text   # (not logged as opaque: traced)
+
+
+# --------------------------------------------------------------------------------------
+# values a traced backward reads from outside ctx are guarded, as a transform's
+# --------------------------------------------------------------------------------------
+
+_OUTSIDE_SCALE = 1.0
+_OUTSIDE_W = gj.tensor(np.ones(3))
+
+
+def test_backward_reading_closure_and_global_sees_new_values(executor):
+    # the traced backward once kept the first value it read forever (the plan is reused)
+    global _OUTSIDE_SCALE
+    box = [1.0]
+
+    class Outside(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * box[0] * _OUTSIDE_SCALE
+
+    try:
+        for b, s in ((1.0, 1.0), (2.0, 1.0), (2.0, 1.0), (2.0, -3.0), (7.0, -3.0)):
+            box[0], _OUTSIDE_SCALE = b, s
+            x = leaf()
+            Outside.apply(x).sum().backward()
+            np.testing.assert_allclose(x.grad.data, np.full(3, b * s))
+    finally:
+        _OUTSIDE_SCALE = 1.0
+
+
+def test_backward_reading_class_attribute_and_outside_tensor(interpreted):
+    global _OUTSIDE_W
+
+    class Attr(Function):
+        k = 2.0
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * Attr.k * _OUTSIDE_W
+
+    def grad():
+        x = leaf()
+        Attr.apply(x).sum().backward()
+        return x.grad.data
+
+    try:
+        np.testing.assert_allclose(grad(), np.full(3, 2.0))
+        Attr.k = 5.0
+        np.testing.assert_allclose(grad(), np.full(3, 5.0))
+        _OUTSIDE_W = gj.tensor(np.array([1.0, -1.0, 3.0]))   # another tensor bound there
+        np.testing.assert_allclose(grad(), [5.0, -5.0, 15.0])
+        _OUTSIDE_W.mul_(2.0)                                   # written in place
+        np.testing.assert_allclose(grad(), [10.0, -10.0, 30.0])
+    finally:
+        _OUTSIDE_W = gj.tensor(np.ones(3))
+
+
+def test_backward_reading_outside_value_double_backward(interpreted):
+    # create_graph replays the same plan: it sees the new value too
+    box = [1.0]
+
+    class Sq(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x * box[0]
+
+    for b in (2.0, 3.0):
+        box[0] = b
+        x = leaf()
+        (g,) = A.grad(Sq.apply(x).sum(), x, create_graph=True)
+        np.testing.assert_allclose(g.data, b * X)
+        (h,) = A.grad(g.sum(), x)
+        np.testing.assert_allclose(h.data, np.full(3, b))
+
+
+def _sin_with_backward_through(cos_sign):
+    """sin as a Function whose backward applies another Function (cos, with a backward of
+    the given sign: -1 is cos's derivative, +1 a wrong one): torch's custom double
+    backward. The inner one takes a non-tensor argument too."""
+    class CosK(Function):
+        @staticmethod
+        def forward(ctx, a, k):
+            ctx.save_for_backward(a)
+            ctx.k = k
+            return a.cos() * k
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * a.sin() * (cos_sign * ctx.k), None
+
+    class Sin(Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * CosK.apply(a, 2.0) * 0.5
+
+    return Sin
+
+
+def test_function_applied_in_backward_double_backward_uses_its_backward(interpreted):
+    # the double backward once differentiated the inner Function's forward (cos), not its
+    # backward, in tensor mode (gj.grad and torch use the backward)
+    Wrong = _sin_with_backward_through(+1.0)
+    for _ in range(2):   # (the second time from the plan table)
+        x = leaf()
+        (g,) = A.grad(Wrong.apply(x).sum(), x, create_graph=True)
+        np.testing.assert_allclose(g.data, np.cos(X))
+        (h,) = A.grad(g.sum(), x)
+        np.testing.assert_allclose(h.data, np.sin(X))   # (what the wrong backward says)
+    nested = gj.grad(lambda a: gj.grad(lambda b: Wrong.apply(b).sum())(a).sum())(X)
+    np.testing.assert_allclose(nested, np.sin(X))
+    assert not A.gradgradcheck(Wrong.apply, (leaf(),), raise_exception=False)
+    Right = _sin_with_backward_through(-1.0)
+    x = leaf()
+    (g,) = A.grad(Right.apply(x).sum(), x, create_graph=True)
+    (h,) = A.grad(g.sum(), x, create_graph=True)
+    np.testing.assert_allclose(h.data, -np.sin(X))
+    (t,) = A.grad(h.sum(), x)
+    np.testing.assert_allclose(t.data, -np.cos(X))
+    assert A.gradgradcheck(Right.apply, (leaf(),))
