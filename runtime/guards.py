@@ -35,6 +35,8 @@ Contract
     above ``MAX_ITEMS`` items, a container of scalars is compared with a snapshot, any
     other only by length; a set, ``array.array`` or bytearray: equal to a snapshot;
   - a weak proxy: as the object it refers to (its attributes, through it);
+  - a gradjit Tensor: its array (``W.data = a`` rebinds it, ``W.mul_(2)`` writes it) as
+    an array read from outside;
   - functions, modules, classes, other objects: the same object.
 - ``holds()`` is one generated expression; any exception in it counts as a change.
 - Calls from ``@njit`` code do not check guards: the entries they link are those compiled.
@@ -55,6 +57,7 @@ import numpy as np
 
 from gradjit.runtime.compiler import STATS
 from gradjit.tracer import gensrc
+from gradjit.tracer.tensor import Tensor
 from gradjit.tracer.user_code import foreign, function_of
 
 LIVE_CHECK_BYTES = 1 << 16   # (a compare of 64 KiB costs a few microseconds per call)
@@ -225,6 +228,8 @@ class _Walk:
                                 else type(v)(v)))
             if isinstance(v, (set, frozenset)):
                 self.values += [x for x in v if not isinstance(x, _SCALARS)][:MAX_ITEMS]
+        elif isinstance(v, Tensor):   # (its array, bound and compared as an array read)
+            self.bound(v, _Attr("_data"), v.data)
         elif isinstance(v, weakref.ProxyTypes):   # (its object's attributes, through it)
             self.spaces.append(("object", v))
             self.values.append(v.__class__)

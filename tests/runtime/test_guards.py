@@ -326,3 +326,18 @@ def test_deques_sets_arrays_proxies_and_mapping_views_are_read_again(interpreted
     table["b"] = 7.0
     chain.maps[1]["c"] = 3.0
     np.testing.assert_allclose(vg(x)[0], f(x))   # (the view and the chain's second map)
+
+
+def test_tensors_read_from_outside_are_read_again(executor):
+    # (a gradjit tensor was checked by identity only: W.data = a, W.data[:] = v and an
+    # in-place op under no_grad all kept the traced values)
+    W = gj.tensor(np.ones(2))
+    g, x = gj.grad(lambda x: (x * W).sum()), np.array([0.5, 2.0])
+    np.testing.assert_allclose(g(x), [1.0, 1.0])
+    W.data = np.full(2, 3.0)
+    np.testing.assert_allclose(g(x), [3.0, 3.0])
+    W.data[:] = 5.0
+    np.testing.assert_allclose(g(x), [5.0, 5.0])
+    with gj.no_grad():
+        W.mul_(2.0)
+    np.testing.assert_allclose(g(x), [10.0, 10.0])
