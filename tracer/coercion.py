@@ -236,32 +236,71 @@ def _draw(orig):
     return draw
 
 
-def _patch_globals(glb):
-    """Swap the wrapped NumPy functions bound in ``glb`` (``from numpy import zeros``) for
-    their wrappers, or count one more trace using the swap already made (under _LOCK)."""
-    entry = _STATE["globals"].get(id(glb))
-    if entry is not None and entry[0] is glb:
+class _Held:
+    """A user function's closure cells, defaults and keyword defaults as a mapping: names
+    bound there are swapped as globals are (``make(logsumexp)``, ``def f(x, red=np.zeros)``)."""
+    __slots__ = ("f",)
+
+    def __init__(self, f):
+        self.f = f
+
+    def items(self):
+        """((kind, position, the name the code reads it by), value) pairs."""
+        f, code = self.f, self.f.__code__
+        for i, cell in enumerate(f.__closure__ or ()):
+            try:
+                yield ("cell", i, code.co_freevars[i]), cell.cell_contents
+            except ValueError:   # an empty cell
+                pass
+        first = code.co_argcount - len(f.__defaults__ or ())
+        yield from ((("default", i, code.co_varnames[first + i]), v)
+                    for i, v in enumerate(f.__defaults__ or ()))
+        yield from ((("kw", k, k), v) for k, v in (f.__kwdefaults__ or {}).items())
+
+    def get(self, key):
+        return dict(self.items()).get(key)
+
+    def __setitem__(self, key, value):
+        kind, k, _ = key
+        if kind == "cell":
+            self.f.__closure__[k].cell_contents = value
+        elif kind == "default":
+            self.f.__defaults__ = self.f.__defaults__[:k] + (value,) + self.f.__defaults__[k + 1:]
+        else:
+            self.f.__kwdefaults__[k] = value
+
+
+def _patch_globals(ns):
+    """Swap the wrapped NumPy functions bound in ``ns`` (a globals dict: ``from numpy import
+    zeros``; a function: its cells and defaults) for their wrappers, or count one more trace
+    using the swap already made (under _LOCK)."""
+    entry = _STATE["globals"].get(id(ns))
+    if entry is not None and entry[0] is ns:
         entry[1] += 1
         return
     by_id, swapped = _STATE["by_id"], {}
+    glb = ns if isinstance(ns, dict) else _Held(ns)
     for name, val in list(glb.items()):
         hit = by_id.get(id(val))
         if hit is not None and hit[0] is val:
             glb[name] = hit[1]
             swapped[name] = hit
-            if getattr(val, "__name__", None) in _BUFFERS and name not in user_code.BUFFER_NAMES:   # z = np.zeros
-                user_code.BUFFER_NAMES.add(name)
+            read_as = name if isinstance(name, str) else name[2]
+            if (getattr(val, "__name__", None) in _BUFFERS
+                    and read_as not in user_code.BUFFER_NAMES):   # z = np.zeros
+                user_code.BUFFER_NAMES.add(read_as)
                 user_code.CALLS.clear()
-    _STATE["globals"][id(glb)] = [glb, 1, swapped]
+    _STATE["globals"][id(ns)] = [ns, 1, swapped]
 
 
-def _unpatch_globals(glb):
-    entry = _STATE["globals"].get(id(glb))
-    if entry is None or entry[0] is not glb:
+def _unpatch_globals(ns):
+    entry = _STATE["globals"].get(id(ns))
+    if entry is None or entry[0] is not ns:
         return
     entry[1] -= 1
     if entry[1] == 0:
-        del _STATE["globals"][id(glb)]
+        del _STATE["globals"][id(ns)]
+        glb = ns if isinstance(ns, dict) else _Held(ns)
         for name, (orig, wrapper) in entry[2].items():
             if glb.get(name) is wrapper:
                 glb[name] = orig
@@ -272,7 +311,7 @@ def traced_numpy(graph, fn=None):
     stack = _LOCAL.__dict__.setdefault("graphs", [])
     stack.append(graph)
     PENDING_STORE.error = None
-    dicts = user_code.user_globals(fn) if fn is not None else []
+    dicts = user_code.user_namespaces(fn) if fn is not None else []
     _install(dicts)
     try:
         yield

@@ -1,9 +1,9 @@
 """Reading the user's code while a trace runs (for tracer/coercion.py).
 
 Contract
-- ``user_globals(fn)``: the globals dicts of ``fn`` and of the user's functions it reaches
-  by name (its globals, attributes of the user's modules it names, closure cells,
-  defaults). Files of gradjit, NumPy, SciPy, Numba, the standard library and installed
+- ``user_namespaces(fn)``: the globals dicts of ``fn`` and of the user's functions it
+  reaches by name (its globals, attributes of the user's modules it names, closure cells,
+  defaults), and those functions that hold values in closure cells or defaults. Files of gradjit, NumPy, SciPy, Numba, the standard library and installed
   packages are not the user's (``foreign``): their names are left alone.
 - ``called_by_user()``, from a NumPy stand-in's wrapper: whether the line that called it
   is the user's own call of a name in ``BUFFER_NAMES`` (``np.zeros`` & co. and the
@@ -147,9 +147,10 @@ def foreign(filename):
             or f"{os.sep}dist-packages{os.sep}" in filename)
 
 
-def user_globals(fn, limit=256):
+def user_namespaces(fn, limit=256):
     """The globals dicts of ``fn`` and of the user's functions it reaches by name (its
-    globals, attributes of the user's modules it names, closure cells, defaults)."""
+    globals, attributes of the user's modules it names, closure cells, defaults), and those
+    functions themselves where they hold values (their cells and defaults bind names too)."""
     out, seen, todo = {}, set(), [fn]
     while todo and len(seen) < limit:
         f = function_of(todo.pop())
@@ -160,6 +161,8 @@ def user_globals(fn, limit=256):
             continue
         glb = f.__globals__
         out[id(glb)] = glb
+        if f.__closure__ or f.__defaults__ or f.__kwdefaults__:
+            out[id(f)] = f
         names = _names_in(f.__code__)
         for n in names:
             v = glb.get(n)

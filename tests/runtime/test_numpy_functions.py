@@ -446,6 +446,24 @@ def test_scipy_logsumexp(executor):
     assert sp.logsumexp is logsumexp and logsumexp(np.zeros(2)) == np.log(2.0)   # (restored)
 
 
+def test_functions_held_in_closures_and_defaults_are_swapped_too(executor):
+    """SciPy's logsumexp (and NumPy's buffers) reached through a closure cell, a default or
+    a keyword default, not a global name: SciPy's own code ran and met np.result_type."""
+    def make(reduce):
+        return lambda x: reduce(x, axis=1).sum()
+
+    def g(x, red=logsumexp, *, buf=np.zeros):
+        b = buf(2)
+        b[0] = red(x, axis=1)[0]
+        return b.sum() + red(x)
+
+    x = np.array([[0.5, -1.0], [2.0, 0.25]])
+    for f in (make(logsumexp), make(sp.logsumexp), g):
+        np.testing.assert_allclose(gj.jit(f)(x), f(x))
+        np.testing.assert_allclose(gj.grad(f)(x), numerical_grad(f, [x], 0), rtol=1e-6)
+    assert g.__defaults__ == (logsumexp,) and g.__kwdefaults__ == {"buf": np.zeros}   # (restored)
+
+
 def test_more_values(interpreted):
     t = gj.tensor(X34)
     e = np.pad(t, ((1, 0), (2, 1)), mode="empty")   # NumPy leaves the values undefined: zeros
