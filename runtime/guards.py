@@ -20,7 +20,9 @@ Contract
   through ``super()``, a property or ``obj[k]`` counts. When walked code calls ``getattr``,
   ``vars`` or ``setattr``, every attribute of the objects reached is bound (names built at
   run time). Library code (``user_code.foreign``) is not walked; its objects are checked by
-  identity, and their attributes the code names.
+  identity, and their attributes the code names; a library's function (a decorator's
+  wrapper, ``gj.checkpoint``'s) leads on to the callables it holds (``__wrapped__``, its
+  closure cells), so the user's function inside is walked.
 - What is checked, per value found:
   - a NumPy array: the same object still bound there, and its contents unchanged (a
     snapshot), except for an array the compiled code reads at each call anyway (a graph
@@ -197,6 +199,14 @@ def _users(cls):
     return not foreign(getattr(mod, "__file__", None) or "<frozen")
 
 
+def _full(cell):
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:   # an empty cell
+        return False
+
+
 class _Walk:
     def __init__(self, live):
         self.live = live          # arrays the compiled code reads at each call
@@ -242,6 +252,10 @@ class _Walk:
         elif isinstance(v, types.FunctionType):
             if not foreign(v.__code__.co_filename):
                 self.functions.append(v)
+            else:   # a library's wrapper (a decorator, gj.checkpoint): the callables it holds
+                held = [getattr(v, "__wrapped__", None)] + [c.cell_contents for c in
+                                                            v.__closure__ or () if _full(c)]
+                self.values += [x for x in held if callable(x)]
         elif isinstance(v, types.MethodType):
             self.values += [v.__func__, v.__self__]
         elif isinstance(v, (property, classmethod, staticmethod)):

@@ -346,17 +346,29 @@ def cond(pred, true_fun, false_fun, *operands):
     return pytree.unflatten(tt, [Tracer(outer, v) for v in outs])
 
 
-def checkpoint(fun):
+def checkpoint(fun=None, *, static_argnums=(), prevent_cse=True, policy=None):
     """``fun`` whose reverse mode recomputes its intermediate values instead of keeping
-    them (``jax.checkpoint``): memory for compute. Inside a trace its call is one node."""
+    them (``jax.checkpoint``): memory for compute. Inside a trace its call is one node.
+    Keyword arguments are pytrees as positional ones; ``static_argnums`` name positional
+    arguments passed through as they are (any Python object); ``prevent_cse`` and
+    ``policy`` are JAX's knobs, accepted (gradjit saves nothing inside: ``policy=None``)."""
     import functools
+    if fun is None:   # (@gj.checkpoint(static_argnums=...))
+        return functools.partial(checkpoint, static_argnums=static_argnums,
+                                 prevent_cse=prevent_cse, policy=policy)
+    if policy is not None:
+        raise NotImplementedError("gj.checkpoint(policy=...): gradjit recomputes everything "
+                                  "inside a checkpoint; pass policy=None")
+    statics = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
 
     @functools.wraps(fun)
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
         outer = _enclosing()
         if outer is None:
-            return fun(*args)
-        leaves, tree = pytree.flatten(list(args))
+            return fun(*args, **kwargs)
+        fixed = {k % len(args): args[k] for k in statics if -len(args) <= k < len(args)}
+        dyn = [a for k, a in enumerate(args) if k not in fixed]
+        leaves, tree = pytree.flatten([dyn, dict(kwargs)])
         traced = [k for k, x in enumerate(leaves) if pytree.is_traced_leaf(x)
                   or isinstance(x, Tracer)]
         ins = [_as_outer(outer, leaves[k], "gj.checkpoint") for k in traced]
@@ -365,7 +377,9 @@ def checkpoint(fun):
             full = list(leaves)
             for k, x in zip(traced, xs):
                 full[k] = x
-            return fun(*pytree.unflatten(tree, full))
+            dyn_in, kw = pytree.unflatten(tree, full)
+            it = iter(dyn_in)
+            return fun(*[fixed[k] if k in fixed else next(it) for k in range(len(args))], **kw)
         g, vals, out_tree, feeds = trace_body(outer, call, ins, [(_LEAF_TREE, 1)] * len(ins),
                                               "checkpoint")
         outs = outer.add_node("call.default", [t.value for t in ins + feeds],

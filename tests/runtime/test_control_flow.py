@@ -263,3 +263,37 @@ def test_a_changed_structure_is_named_in_the_error(interpreted):
         gj.jit(lambda x: gj.scan(lambda c, _: ((c, c), None), x, None, length=2)[0])(np.ones(3))
     with pytest.raises(gj.GradjitError, match=r"got \[\*, \*\] where \(\*, \*\) was expected"):
         gj.jit(lambda x: gj.cond(x.sum() > 0, lambda a: (a, a), lambda a: [a, a], x))(np.ones(3))
+
+
+def test_checkpointed_functions_see_changed_globals_and_closures(executor):
+    # (the guard did not walk into gj.checkpoint's wrapper: the values traced first stayed)
+    scale = [0.5]
+    factor = 0.5
+
+    def body(c):
+        return c * factor * scale[0]
+
+    step = gj.checkpoint(body)
+    g = gj.grad(lambda w: step(w).sum())
+    np.testing.assert_allclose(g(np.ones(2)), [0.25, 0.25])
+    scale[0] = 2.0
+    np.testing.assert_allclose(g(np.ones(2)), [1.0, 1.0])
+    factor = 3.0
+    np.testing.assert_allclose(g(np.ones(2)), [6.0, 6.0])
+
+
+def test_checkpoint_takes_keywords_and_static_arguments(executor):
+    f = gj.checkpoint(lambda x, k=1.0, *, p: x * k + x ** p)
+    x = np.array([0.5, 2.0])
+    np.testing.assert_allclose(f(x, k=3.0, p=2.0), 3 * x + x ** 2)
+    np.testing.assert_allclose(gj.grad(lambda x: f(x, k=3.0, p=2.0).sum())(x), 3 + 2 * x)
+    np.testing.assert_allclose(gj.grad(lambda x, k: f(x, k=k, p=2.0).sum(), argnums=1)(x, 3.0),
+                               x.sum())
+
+    @gj.checkpoint(static_argnums=(1,))
+    def powered(x, how):
+        return {"square": x * x, "cube": x * x * x}[how]
+
+    np.testing.assert_allclose(gj.grad(lambda x: powered(x, "cube").sum())(x), 3 * x ** 2)
+    with pytest.raises(NotImplementedError, match="policy"):
+        gj.checkpoint(lambda x: x, policy=object())
