@@ -163,7 +163,8 @@ def _types(vals):
     return [(tuple(v.shape), np.dtype(v.dtype)) for v in vals]
 
 
-def _check_same(what, kind, got, want, tree_got, tree_want):
+def _check_same(what, kind, got, want, tree_got, tree_want,
+                hint="Cast inside the body (x.astype(...)) or make the initial value match"):
     if tree_got != tree_want:   # (a tuple for an array, a list for a tuple ...)
         raise GradjitError(f"{what}: {kind}: the structure differs; got "
                            f"{pytree.describe(tree_got)} where {pytree.describe(tree_want)} "
@@ -171,43 +172,47 @@ def _check_same(what, kind, got, want, tree_got, tree_want):
     if got != want:
         show = lambda ts: ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in ts)  # noqa: E731
         raise GradjitError(f"{what}: {kind} must keep its structure, shapes and dtypes; got "
-                           f"({show(got)}) where ({show(want)}) was expected. Cast inside the "
-                           f"body (x.astype(...)) or make the initial value match", user_site())
+                           f"({show(got)}) where ({show(want)}) was expected. {hint}", user_site())
 
 
 # -- the user API ---------------------------------------------------------------------------------
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     """``(final_carry, stacked_ys)``: ``carry, y = f(carry, x)`` over the leading axis of
     ``xs`` (pytrees), as ``jax.lax.scan``. ``unroll`` is accepted for JAX compatibility."""
+    return _scan(f, init, xs, length, reverse, "gj.scan")
+
+
+def _scan(f, init, xs, length, reverse, what):
+    """``scan``, whose errors name ``what`` (the construct the user called)."""
     x_leaves, x_tree = pytree.flatten(xs)
     lengths = {int(np.shape(x)[0]) for x in x_leaves if np.ndim(x) >= 1}
     if any(np.ndim(x) == 0 for x in x_leaves):
-        raise GradjitError("gj.scan: every leaf of xs needs a leading axis to scan over",
+        raise GradjitError(f"{what}: every leaf of xs needs a leading axis to scan over",
                            user_site())
     if length is not None:
         lengths.add(int(length))
     if len(lengths) != 1:
-        raise GradjitError(f"gj.scan: {'give length= when xs is None' if not lengths else f'the leading axes of xs and length disagree: {sorted(lengths)}'}",
+        raise GradjitError(f"{what}: {'give length= when xs is None' if not lengths else f'the leading axes of xs and length disagree: {sorted(lengths)}'}",
                            user_site())
     n = lengths.pop()
     outer = _enclosing()
     if outer is None:
         return _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse)
     c_leaves, c_tree = pytree.flatten(init)
-    c_in = [_as_outer(outer, c, "gj.scan") for c in c_leaves]
-    x_in = [_as_outer(outer, x, "gj.scan") for x in x_leaves]
+    c_in = [_as_outer(outer, c, what) for c in c_leaves]
+    x_in = [_as_outer(outer, x, what) for x in x_leaves]
     nc, nx = len(c_in), len(x_in)
 
     def step(carry, x):
         res = f(carry, x)
         if not isinstance(res, tuple) or len(res) != 2:
-            raise GradjitError("gj.scan: the body must return a pair (carry, y)", user_site())
+            raise GradjitError(f"{what}: the body must return a pair (carry, y)", user_site())
         return res
 
     g, vals, tree, feeds = trace_body(outer, step, c_in + x_in, [(c_tree, nc), (x_tree, nx)],
                                       "scan", slice_first=range(nc, nc + nx))
     out_c_tree, out_y_tree = tree[1][0], tree[1][1]
-    _check_same("gj.scan", "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
+    _check_same(what, "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
                 out_c_tree, c_tree)
     attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse)}
     types = ([(v.shape, v.dtype) for v in g.inputs[:nc]]
@@ -260,7 +265,8 @@ def fori_loop(lower, upper, body_fun, init_val):
     steps = np.arange(lower, max(lower, upper), dtype=np.int64)
     if steps.size == 0:
         return init_val
-    return scan(lambda c, i: (body_fun(i, c), None), init_val, steps)[0]
+    return _scan(lambda c, i: (body_fun(i, c), None), init_val, steps, None, False,
+                 "gj.fori_loop")[0]
 
 
 def while_loop(cond_fun, body_fun, init_val, max_steps=None):
@@ -288,7 +294,8 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
             # once stopped, the body does not run (a cond, not a where over its result:
             # sqrt(x - 0.5) past the stop made NaN derivatives that 0 * NaN let through)
             return (cond(live, checked_body, lambda v: v, val), live), None
-        return scan(step, (init_val, np.array(True)), length=int(max_steps))[0][0]
+        return _scan(step, (init_val, np.array(True)), None, int(max_steps), False,
+                     "gj.while_loop")[0][0]
     c_leaves, c_tree = pytree.flatten(init_val)
     c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]
     nc = len(c_in)
@@ -338,7 +345,8 @@ def cond(pred, true_fun, false_fun, *operands):
     gt, tv, tt, tf = trace_body(outer, lambda ops: true_fun(*ops), o_in, [(o_tree, n)], "cond_true")
     gf, fv, ft, ff = trace_body(outer, lambda ops: false_fun(*ops), o_in, [(o_tree, n)],
                                 "cond_false")
-    _check_same("gj.cond", "both branches' results", _types(fv), _types(tv), ft, tt)
+    _check_same("gj.cond", "the false branch's result", _types(fv), _types(tv), ft, tt,
+                "Make both branches return the same (cast one: x.astype(...))")
     feeds = _merge_captures([gt, gf], [tf, ff], n)
     outs = outer.add_node("cond.default", [p.value] + [t.value for t in o_in + feeds],
                           {"true_body": Region(gt), "false_body": Region(gf)},

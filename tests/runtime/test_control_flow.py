@@ -297,3 +297,16 @@ def test_checkpoint_takes_keywords_and_static_arguments(executor):
     np.testing.assert_allclose(gj.grad(lambda x: powered(x, "cube").sum())(x), 3 * x ** 2)
     with pytest.raises(NotImplementedError, match="policy"):
         gj.checkpoint(lambda x: x, policy=object())
+
+
+def test_loop_and_branch_errors_name_what_the_user_called(interpreted):
+    w = np.ones(3)
+    with pytest.raises(gj.GradjitError, match=r"gj.fori_loop: the carry must keep .*float64\[\]\) "
+                                              r"where \(int64\[\]\)"):
+        gj.jit(lambda w: gj.fori_loop(0, 3, lambda i, c: c * w[0], 0))(w)
+    with pytest.raises(gj.GradjitError, match=r"gj.cond: the false branch's result .*float32\[3\]"
+                                              r".*Make both branches return the same"):
+        gj.jit(lambda x: gj.cond(x[0] > 0, lambda x: x, lambda x: x.astype(np.float32), x))(w)
+    with pytest.raises(gj.GradjitError, match="gj.while_loop: the loop value"):
+        gj.grad(lambda x: gj.while_loop(lambda v: v[0] < 2, lambda v: v.astype(np.float32), x,
+                                        max_steps=3).sum())(w)
