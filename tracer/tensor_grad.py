@@ -6,6 +6,7 @@ Contract
   (TypeError otherwise), not the tensor itself, of the tensor's shape and dtype,
   on its device. A gradient of another shape used to be stored and to break (or
   silently broadcast into) the next accumulation.
+- ``is_inference()``: made under inference mode (tracer/modes.py).
 - gradjit's own writers (the backward engines: runtime/autograd.py,
   runtime/fast_backward.py, and the constructors) store ``_grad`` directly: their
   gradients have the tensor's type by construction, and they run once per leaf of
@@ -30,6 +31,9 @@ class GradMethods:
         if g is not None:
             _check_grad(self, g)
         self._grad = g
+
+    def is_inference(self):
+        return self._inference
 
 
 def _check_grad(t, g):

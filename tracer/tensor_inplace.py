@@ -28,7 +28,7 @@ import numpy as np
 from gradjit.tracer import tape
 from gradjit.tracer.advanced_index import torch_split
 from gradjit.tracer.device import is_device_array
-from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
+from gradjit.tracer.modes import is_recording, is_inference_mode_enabled
 
 
 _SLICES = weakref.WeakValueDictionary()   # id -> each live tensor made by basic indexing
@@ -92,7 +92,7 @@ class InplaceMethods:
         return self
 
     def _check_inplace(self, name):
-        if is_grad_enabled() and self.grad_fn is None and self._requires_grad:
+        if is_recording() and self.grad_fn is None and self._requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
                                f"operation ({name}).")
 
@@ -109,7 +109,7 @@ class InplaceMethods:
         pow): a recorded copy, as torch saves the original ``self`` for such ops. A
         constant multiplied by a tensor that requires grad is saved as a snapshot: the
         write would otherwise change the saved value (a false version error)."""
-        if not is_grad_enabled():
+        if not is_recording():
             return self
         if self._requires_grad:
             return self + np.zeros((), self.dtype)
@@ -156,7 +156,7 @@ class InplaceMethods:
         gets a zero gradient instead of keeping its place in the graph (its recorded
         value would stand in for ``new``), and ``new`` gets the whole gradient even when
         it is a leaf (``expand`` / ``to`` of a leaf return the leaf, with no node)."""
-        if is_grad_enabled() and (self._requires_grad or new._requires_grad):
+        if is_recording() and (self._requires_grad or new._requires_grad):
             from gradjit.tracer.api import where
             if is_device_array(self.data) and not is_device_array(new.data):
                 new = new.to(device="cuda")   # (differentiable; ops never mix devices)
@@ -175,7 +175,7 @@ class InplaceMethods:
         index = _concrete_index(index, Tensor)
         split = torch_split(index)   # (ints first, as torch: x[1, :, [1, 4]] is (4, 2) there)
         v = value if isinstance(value, Tensor) else None
-        if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):
+        if not (is_recording() and (self._requires_grad or (v is not None and v._requires_grad))):
             if split is None:
                 self.data[index] = np.asarray(getattr(value, "data", value))
             else:
@@ -212,7 +212,7 @@ def _unary_inplace(name):
     these reads the input, which the write replaces)."""
     def method(self, *args, **kwargs):
         self._check_inplace(f"{name}_")
-        src = self + np.zeros((), self.dtype) if is_grad_enabled() and self._requires_grad \
+        src = self + np.zeros((), self.dtype) if is_recording() and self._requires_grad \
             else self
         return self._inplace(getattr(src, name)(*args, **kwargs))
     method.__name__ = method.__qualname__ = f"{name}_"

@@ -615,6 +615,51 @@ def test_inference_mode(interpreted):
         assert (x * 2).requires_grad
 
 
+def test_inference_mode_false_records_again_inside_inference_mode(interpreted):
+    # torch's inference_mode(mode) sets grad mode to ``not mode``: inference_mode(False)
+    # records again inside inference_mode() and no_grad() (it only ever turned grad off)
+    x = leaf([1.0, 2.0, 3.0])
+    with gj.inference_mode():
+        assert gj.is_inference_mode_enabled()
+        with gj.inference_mode(False):
+            assert gj.is_grad_enabled() and not gj.is_inference_mode_enabled()
+            y = x * 2
+            c = gj.ones(3)
+        z = x * 2
+    assert y.requires_grad and not y.is_inference() and not c.is_inference()
+    assert not z.requires_grad and z.is_inference() and not x.is_inference()
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.data, [2.0, 2.0, 2.0])
+    with gj.no_grad():
+        with gj.inference_mode(False):
+            assert gj.is_grad_enabled() and (x * 2).requires_grad
+        assert not gj.is_grad_enabled()
+    with gj.inference_mode():
+        with gj.inference_mode(False):
+            with gj.no_grad():
+                assert not (x * 2).requires_grad
+            assert (x * 2).requires_grad
+        assert not gj.is_grad_enabled() and not (x * 2).requires_grad
+    assert gj.is_grad_enabled()
+
+
+@pytest.mark.parametrize("switch", ["enable_grad", "set_grad_enabled"])
+def test_enable_grad_inside_inference_mode_records_nothing(interpreted, switch):
+    # torch: inference mode wins over enable_grad (grad mode reads True, nothing recorded)
+    x = leaf([1.0, 2.0])
+    with gj.inference_mode():
+        with (gj.enable_grad() if switch == "enable_grad" else gj.set_grad_enabled(True)):
+            assert gj.is_grad_enabled()
+            z = x * 2
+            x.add_(1.0)   # in place on a leaf that requires grad: allowed, as not recorded
+        with gj.no_grad():
+            with gj.enable_grad():
+                assert not (x * 2).requires_grad
+    assert not z.requires_grad and z.grad_fn is None and z.is_inference()
+    np.testing.assert_allclose(x.data, [2.0, 3.0])
+    assert (x * 2).requires_grad
+
+
 def test_grad_modes_restore_on_exception(interpreted):
     with pytest.raises(ValueError):
         with gj.no_grad():
