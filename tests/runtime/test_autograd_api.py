@@ -660,6 +660,33 @@ def test_enable_grad_inside_inference_mode_records_nothing(interpreted, switch):
     assert (x * 2).requires_grad
 
 
+def test_grad_create_graph_records_under_no_grad(interpreted):
+    # torch's engine runs the backward with grad mode = create_graph
+    x = leaf([0.3, -1.2, 0.7])
+    y = (x ** 3).sum()
+    with gj.no_grad():
+        (g,) = A.grad(y, x, create_graph=True)
+        assert not gj.is_grad_enabled()
+    assert g.requires_grad
+    np.testing.assert_allclose(g.data, 3 * x.data ** 2)
+    (gg,) = A.grad(g.sum(), x)
+    np.testing.assert_allclose(gg.data, 6 * x.data)
+    y1, y2 = (x ** 3).sum(), (x ** 3).sum()
+    with gj.no_grad():   # backward(create_graph=True): .grad carries history, accumulated twice
+        y1.backward(create_graph=True)
+        y2.backward(create_graph=True)
+    assert x.grad.requires_grad
+    (gg,) = A.grad(x.grad.sum(), x)
+    np.testing.assert_allclose(gg.data, 12 * x.data)
+    y = (x ** 3).sum()
+    with gj.inference_mode():   # inference mode still wins
+        (g,) = A.grad(y, x, create_graph=True)
+    assert not g.requires_grad and g.is_inference()
+    with gj.enable_grad():   # and without create_graph the result has no history
+        (g,) = A.grad((x ** 3).sum(), x)
+    assert not g.requires_grad
+
+
 def test_grad_modes_restore_on_exception(interpreted):
     with pytest.raises(ValueError):
         with gj.no_grad():
