@@ -6,6 +6,9 @@ Contract
   the recorded node; the version counter (``_box``) is bumped, so backward
   refuses values a later in-place op changed. Leaves that require grad refuse
   in-place ops while grad mode is on, as in torch.
+- The other in-place variants (``exp_``, ``clamp_``, ``addcmul_``, ``addcdiv_``,
+  ``lerp_``, ``scatter_``, ``index_add_`` ...: ``_INPLACE_VARIANTS``) run the
+  out-of-place method and write its result the same way.
 - ``copy_`` / ``fill_`` / ``zero_`` overwrite: with grad mode on and a tensor that
   requires grad on either side they record ``where(True, src, self)``, so the old
   history gets a zero gradient and ``src`` all of it (torch's CopyBackwards /
@@ -104,16 +107,16 @@ class InplaceMethods:
         self._check_inplace("sub_")
         return self._inplace(self.sub(other, alpha=alpha))
 
-    def _original(self, other):
+    def _original(self, *others):
         """The value before an in-place op, for ops whose backward reads it (mul, div,
-        pow): a recorded copy, as torch saves the original ``self`` for such ops. A
-        constant multiplied by a tensor that requires grad is saved as a snapshot: the
-        write would otherwise change the saved value (a false version error)."""
+        pow, lerp ...): a recorded copy, as torch saves the original ``self`` for such
+        ops. A constant combined with a tensor that requires grad is saved as a snapshot:
+        the write would otherwise change the saved value (a false version error)."""
         if not is_recording():
             return self
         if self._requires_grad:
             return self + np.zeros((), self.dtype)
-        if getattr(other, "_requires_grad", False):
+        if any(getattr(o, "_requires_grad", False) for o in others):
             return _tensor_class()(self.data.copy())
         return self
 
@@ -206,22 +209,24 @@ class InplaceMethods:
     __itruediv__ = div_
 
 
-def _unary_inplace(name):
+def _inplace_variant(name):
     """``x.<name>_(...)``: ``x.<name>(...)`` written into ``x`` (torch's in-place variant),
-    computed from a recorded copy of ``x`` when it requires grad (the backward of some of
-    these reads the input, which the write replaces)."""
+    computed from ``_original`` (the backward of some of these reads the input, which
+    the write replaces)."""
     def method(self, *args, **kwargs):
         self._check_inplace(f"{name}_")
-        src = self + np.zeros((), self.dtype) if is_recording() and self._requires_grad \
-            else self
+        src = self._original(*args, *kwargs.values())
         return self._inplace(getattr(src, name)(*args, **kwargs))
     method.__name__ = method.__qualname__ = f"{name}_"
     return method
 
 
-_UNARY_INPLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
-                  "neg", "abs", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc",
-                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign", "sinc")
+_INPLACE_VARIANTS = (
+    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "neg", "abs",
+    "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc", "clamp", "clamp_min",
+    "clamp_max", "masked_fill", "square", "sign", "sinc",
+    # with tensor arguments (optimizers: addcmul_, addcdiv_, lerp_)
+    "addcmul", "addcdiv", "lerp", "scatter", "scatter_add", "index_add", "index_put")
 
 
 def _move_retain(t, fn, index):
@@ -242,5 +247,5 @@ def _concrete_index(index, Tensor):
     return tuple(one(i) for i in index) if isinstance(index, tuple) else one(index)
 
 
-for _name in _UNARY_INPLACE:   # (only where the out-of-place method exists)
-    setattr(InplaceMethods, f"{_name}_", _unary_inplace(_name))
+for _name in _INPLACE_VARIANTS:
+    setattr(InplaceMethods, f"{_name}_", _inplace_variant(_name))
