@@ -8,6 +8,8 @@ of Tensors (``grad``).
 - As torch's engine, the backward runs with grad mode set to ``create_graph``
   (so ``create_graph=True`` records under ``no_grad``, and hooks run without
   recording otherwise); inference mode still wins (tracer/modes.py).
+- After ``backward`` accumulated a leaf's ``.grad``, its post-accumulate-grad
+  hooks run (tracer/tensor_grad.py).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from gradjit.runtime.crossing import moved, source
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import set_grad_enabled
 from gradjit.tracer.tensor import Tensor, accumulated
+from gradjit.tracer.tensor_grad import run_post_accumulate_hooks
 
 
 def _as_list(x):
@@ -130,6 +133,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         for t, g in zip(wrt_out, grads):
             if g is not None:
                 _accumulate(t, g)
+                if t._hooks and t.grad_fn is None:
+                    run_post_accumulate_hooks(t)
         for t, g in retained:
             if t is not None and g is not None:
                 _accumulate(t, g)
