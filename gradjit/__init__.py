@@ -19,7 +19,7 @@ from gradjit.runtime.tiers import set_tiering, wait as wait_compiled
 from gradjit.runtime.jacobians import hessian, jacfwd, jacrev, jvp
 from gradjit.runtime.transforms import grad, jit, value_and_grad
 from gradjit.tracer.deferred import set_deferred
-from gradjit.tracer.modes import inference_mode
+from gradjit.tracer.modes import inference_mode, is_inference_mode_enabled
 from gradjit.tracer import (GradjitError, ShapeError, Tensor, TracerValueError, enable_grad,
                             from_numpy, is_grad_enabled, no_grad, set_grad_enabled, tensor, where)
 from gradjit.tracer import cat, stack
@@ -61,7 +61,7 @@ bool = _np.bool_  # noqa: A001 (torch.bool)
 
 __version__ = "0.1.0"
 __all__ = ["autograd", "jit", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "jvp", "explain", "tensor", "from_numpy",
-           "Tensor", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
+           "Tensor", "no_grad", "inference_mode", "is_inference_mode_enabled", "enable_grad", "set_grad_enabled", "is_grad_enabled", "where", "cat", "stack",
            "linalg", "as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",
            "logspace", "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint",
            "rand_like", "randn_like", "Generator", "manual_seed", "stats", "reset_stats", "cache_dir", "cache_size", "clear_cache", "set_num_threads", "set_tiering", "wait_compiled", "set_deferred", "GradjitError", "ShapeError", "TracerValueError",

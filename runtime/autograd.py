@@ -5,6 +5,11 @@ messages), turn ``grad_tensors`` / ``grad_outputs`` into seeds, call
 ``engine.run_backward``, and deliver the results: accumulated into ``.grad``
 (``backward``, including retained non-leaf gradients) or returned as a tuple
 of Tensors (``grad``).
+- As torch's engine, the backward runs with grad mode set to ``create_graph``
+  (so ``create_graph=True`` records under ``no_grad``, and hooks run without
+  recording otherwise); inference mode still wins (tracer/modes.py).
+- After ``backward`` accumulated a leaf's ``.grad``, its post-accumulate-grad
+  hooks run (tracer/tensor_grad.py).
 """
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ from gradjit.runtime.fast_backward import fast_backward
 from gradjit.tracer.registry import GradjitRuntimeError
 from gradjit.runtime.crossing import moved, source
 from gradjit.tracer.device import is_device_array
+from gradjit.tracer.modes import set_grad_enabled
 from gradjit.tracer.tensor import Tensor, accumulated
+from gradjit.tracer.tensor_grad import run_post_accumulate_hooks
 
 
 def _as_list(x):
@@ -120,14 +127,17 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         if not wrt:
             raise RuntimeError("'inputs' argument to backward() cannot be empty.")
     crossings = []
-    wrt_out, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph,
-                                            crossings=crossings, fast_key=fast_key)
-    for t, g in zip(wrt_out, grads):
-        if g is not None:
-            _accumulate(t, g)
-    for t, g in retained:
-        if t is not None and g is not None:
-            _accumulate(t, g)
+    with set_grad_enabled(create_graph):
+        wrt_out, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph,
+                                                crossings=crossings, fast_key=fast_key)
+        for t, g in zip(wrt_out, grads):
+            if g is not None:
+                _accumulate(t, g)
+                if t._hooks and t.grad_fn is None:
+                    run_post_accumulate_hooks(t)
+        for t, g in retained:
+            if t is not None and g is not None:
+                _accumulate(t, g)
     for k, (fn, g) in enumerate(crossings):   # continue on the other device
         last = k == len(crossings) - 1
         backward([source(fn)], [moved(fn, g)], retain_graph if last else True, create_graph,
@@ -168,10 +178,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if is_grads_batched and create_graph:
         raise NotImplementedError("is_grads_batched=True with create_graph=True is not supported")
     crossings = []
-    _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
-                               batched=is_grads_batched, crossings=crossings)
-    if crossings:
-        grads = _across(wrt, grads, crossings, retain_graph, create_graph)
+    with set_grad_enabled(create_graph):
+        _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
+                                   batched=is_grads_batched, crossings=crossings)
+        if crossings:
+            grads = _across(wrt, grads, crossings, retain_graph, create_graph)
     if not allow_unused and any(g is None for g in grads):   # (checked here after crossings)
         i = next(k for k, g in enumerate(grads) if g is None)
         raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "

@@ -30,7 +30,7 @@ import numpy as np
 
 from gradjit.runtime.segments import host_call
 from gradjit.tracer.api import apply as _apply_op
-from gradjit.tracer.modes import is_grad_enabled, no_grad, set_grad_enabled
+from gradjit.tracer.modes import is_recording, no_grad, set_grad_enabled
 from gradjit.tracer.registry import GradjitError, user_site
 from gradjit.tracer.tape import flush
 from gradjit.tracer.tensor import GradFn, Tensor
@@ -161,7 +161,7 @@ class Function(metaclass=_FunctionMeta):
         single = not isinstance(out, tuple)
         outs = [o if isinstance(o, Tensor) else Tensor(np.asarray(o)) for o in
                 ((out,) if single else out)]
-        if not (is_grad_enabled() and any(ctx.needs_input_grad)):
+        if not (is_recording() and any(ctx.needs_input_grad)):
             return outs[0] if single else tuple(outs)
         tensors = [a for a in args if isinstance(a, Tensor)]
         for t in tensors:

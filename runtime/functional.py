@@ -6,8 +6,9 @@ Contract
   leaves that require grad, so the caller's tensors are never modified.
 - Results are plain (detached) Tensors unless ``create_graph=True``, in which
   case they carry history and can be differentiated again.
-- ``strict=True`` raises when an output does not depend on an input (torch's
-  message); otherwise such derivatives are zeros.
+- ``strict=True`` raises when an output does not depend on an input, and in
+  hessian / hvp / vhp when a first derivative does not (a linear function:
+  torch's messages); otherwise such derivatives are zeros.
 - ``jvp`` and ``hvp`` use the double-backward identity (J v is the gradient
   with respect to u of <J^T u, v>), exact and compiled like every backward;
   ``vectorize=True`` computes all Jacobian rows with one batched backward.
@@ -68,6 +69,20 @@ def _grads(outputs, inputs, grad_outputs, create_graph, strict, subject="The out
             g = Tensor(np.zeros(lead + t.shape, t.dtype))
         out.append(g if create_graph else Tensor(g.data))
     return out
+
+
+def _check_jacobian(jac, strict):
+    """hessian / hvp / vhp in strict mode: each first derivative must depend on the inputs
+    (torch's check and message; a linear function's is a constant)."""
+    if strict:
+        for i, g in enumerate(jac):
+            if not g.requires_grad:
+                raise RuntimeError(
+                    f"While computing the hessian, found that the jacobian of the user-provided "
+                    f"function with respect to input {i} is independent of the input. This is "
+                    f"not allowed in strict mode. You should ensure that your function is twice "
+                    f"differentiable and that the jacobian depends on the inputs (this would be "
+                    f"violated by a linear function for example).")
 
 
 def _unwrap(xs, is_tuple):
@@ -191,6 +206,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
             raise RuntimeError("The Tensor returned by the function given to hessian should "
                                "contain a single element")
         g = _grads([outs[0].reshape(())], xs, [np.ones((), outs[0].dtype)], True, strict)
+        _check_jacobian(g, strict)
         return tuple(g) if in_tuple else g[0]
 
     return jacobian(jac_func, inputs, create_graph=create_graph, strict=strict,
@@ -206,6 +222,7 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
                                "single element.")
         vs = _vectors(v, ins, "input")
         g = _grads([outs[0].reshape(())], ins, [np.ones((), outs[0].dtype)], True, strict)
+        _check_jacobian(g, strict)
         pairs = [(x, w) for x, w in zip(g, vs) if x.requires_grad]
         if pairs:
             res = _grads([x for x, _ in pairs], ins, [w for _, w in pairs], create_graph, strict,

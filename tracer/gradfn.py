@@ -7,8 +7,9 @@ Contract
   the saved arrays.
 - ``out_data`` holds the output arrays; None while a deferred op is pending
   (tracer/deferred.py) and after ``release()`` (``freed`` tells which).
-- ``HookHandle`` is what ``Tensor.register_hook`` returns; ``FREED`` is torch's error
-  message for values of a node that backward freed.
+- ``HookHandle`` is what ``Tensor.register_hook`` returns; ``LeafHooks`` holds a
+  leaf's hooks; ``FREED`` is torch's error message for values of a node that
+  backward freed.
 - ``in_versions`` records each Tensor edge's version when it was used;
   ``versions`` each output's (box, version), so backward can refuse values an
   in-place op changed. A deferred node sets only ``_vbox`` (its one output's
@@ -120,6 +121,22 @@ class GradFn:
         if not self.held():
             self.out_data = None
         self.freed = True
+
+
+class LeafHooks(list):
+    """A leaf's hooks (``Tensor._hooks``): the gradient hooks are the list's items;
+    ``post`` holds the post-accumulate-grad hooks. True when either has one, so the
+    fast backward paths (runtime/fast_backward.py, which skip leaves with hooks) leave
+    every hooked leaf to the engine."""
+
+    __slots__ = ("post",)
+
+    def __init__(self):
+        super().__init__()
+        self.post = []
+
+    def __bool__(self):
+        return len(self) > 0 or len(self.post) > 0
 
 
 class HookHandle:

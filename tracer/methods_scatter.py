@@ -171,13 +171,18 @@ class ScatterMethods:
         return apply("scatter_add.default", [self, index, src.to(self.dtype)], {"dim": d})
 
     def scatter(self, dim, index, src=None, *, value=None, reduce=None):
-        if reduce is not None:
-            raise NotImplementedError(f"scatter: reduce={reduce!r} is not supported; use "
-                                      f"scatter_add or scatter_reduce")
         if src is None and value is None:
             raise TypeError("scatter: expected src (a tensor) or value (a number)")
         if src is not None and value is None and not _is_obj(src) and np.ndim(src) == 0:
             src, value = None, src
+        if reduce == "add":   # torch's (deprecated) reduce: scatter_add's values
+            if src is None:
+                src = self._const(np.full(np.shape(_need_concrete(index, "index", "scatter")),
+                                          value, self.dtype))
+            return self.scatter_add(dim, index, src)
+        if reduce is not None:
+            raise NotImplementedError(f"scatter: reduce={reduce!r} is not supported (only "
+                                      f"reduce='add', which is scatter_add)")
         d = norm_dim(int(dim), max(self.ndim, 1), "scatter")
         idx = _need_concrete(index, "index", "scatter")
         if self.ndim == 0:

@@ -4,8 +4,15 @@ Contract: thread-local flags read by the eager front end when it decides
 whether to record an op. Each mode is a context manager and a decorator, with
 or without parentheses (``@no_grad``, ``@no_grad()``, as torch); each decorated
 call enters a fresh context, so recursion and threads restore the right mode.
-``inference_mode`` also disables recording, and tensors created under it are
-marked as inference tensors (they can never join a recorded graph later).
+Two flags, as torch's: the grad mode (what ``is_grad_enabled`` reports) and
+inference mode; an op records only when grad mode is on and inference mode off
+(``_state.enabled`` caches that, the flag the eager front end reads: the
+recording sites call ``is_recording``). So ``enable_grad`` inside
+``inference_mode()`` turns the grad mode on but records nothing, and
+``inference_mode(False)`` leaves inference mode and turns the grad mode on
+(torch's ``InferenceMode(false)`` sets grad mode to ``not enabled``). Tensors
+created under inference mode are inference tensors (``Tensor.is_inference``):
+they can never join a recorded graph later.
 ``detect_anomaly`` / ``set_detect_anomaly`` (process-wide, as in torch) make
 backward check every node for NaN and name the forward op and line.
 """
@@ -20,14 +27,25 @@ class _State(threading.local):
     these on every op."""
 
     def __init__(self):
-        self.enabled = True
-        self.inference = False
+        self.grad = True        # the grad mode
+        self.inference = False  # inference mode
+        self.enabled = True     # records: grad and not inference (kept by _set)
 
 
 _state = _State()
 
 
+def _set(grad, inference):
+    _state.grad, _state.inference = grad, inference
+    _state.enabled = grad and not inference
+
+
 def is_grad_enabled():
+    return _state.grad
+
+
+def is_recording():
+    """Whether an op run now records history (grad mode on, inference mode off)."""
     return _state.enabled
 
 
@@ -39,21 +57,21 @@ class set_grad_enabled(contextlib.ContextDecorator):
     def __init__(self, mode):
         self.mode = bool(mode)
         self.prev = is_grad_enabled()
-        _state.enabled = self.mode
+        _set(self.mode, _state.inference)
 
     def __call__(self, fn):
-        _state.enabled = self.prev  # decorating must not change the mode now
+        _set(self.prev, _state.inference)  # decorating must not change the mode now
         return super().__call__(fn)
 
     def _recreate_cm(self):
         return _GradMode(self.mode)
 
     def __enter__(self):
-        _state.enabled = self.mode
+        _set(self.mode, _state.inference)
         return self
 
     def __exit__(self, *exc):
-        _state.enabled = self.prev
+        _set(self.prev, _state.inference)
         return False
 
 
@@ -73,11 +91,11 @@ class _GradMode(contextlib.ContextDecorator):
 
     def __enter__(self):
         self.prev = is_grad_enabled()
-        _state.enabled = self.mode
+        _set(self.mode, _state.inference)
         return self
 
     def __exit__(self, *exc):
-        _state.enabled = self.prev
+        _set(self.prev, _state.inference)
         return False
 
 
@@ -127,14 +145,14 @@ class inference_mode(contextlib.ContextDecorator):
         return inference_mode(self.mode)   # (one context per call, as _GradMode's)
 
     def __enter__(self):
-        self.prev = (is_grad_enabled(), is_inference_mode_enabled())
-        if self.mode:
-            _state.enabled = False
-        _state.inference = self.mode
+        self.prev = (_state.grad, _state.inference)
+        # as torch's InferenceMode(mode): grad mode becomes ``not mode``, so
+        # inference_mode(False) records again even inside inference_mode() or no_grad()
+        _set(not self.mode, self.mode)
         return self
 
     def __exit__(self, *exc):
-        _state.enabled, _state.inference = self.prev
+        _set(*self.prev)
         return False
 
 

@@ -34,7 +34,7 @@ from gradjit.tracer.registry import real_only, user_caller as _user_caller
 from gradjit.tracer.tape import _local as _tape_local
 from gradjit.tracer import replay as _replay
 from gradjit.tracer.seen import SEEN as _SEEN, deferrable as _deferrable, seen as _seen
-from gradjit.tracer.gradfn import FREED, GradFn, HookHandle  # noqa: F401 (GradFn: re-exported)
+from gradjit.tracer.gradfn import FREED, GradFn, HookHandle, LeafHooks  # noqa: F401 (GradFn)
 from gradjit.tracer.deferred import _ENABLED as _DEFER, _KINDS as _DEFER_KINDS, compute_pending
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.modes import (enable_grad, is_grad_enabled, is_inference_mode_enabled,  # noqa: F401
@@ -166,7 +166,7 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is None:
             if self._hooks is None:
-                self._hooks = []
+                self._hooks = LeafHooks()
             hooks = self._hooks
         else:
             table = self.grad_fn.hooks = self.grad_fn.hooks or {}

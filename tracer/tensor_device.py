@@ -21,7 +21,7 @@ import numpy as np
 
 from gradjit.tracer.device import canonical, is_device_array
 from gradjit.tracer.hooks import HOOKS
-from gradjit.tracer.modes import is_grad_enabled
+from gradjit.tracer.modes import is_recording
 
 
 class Device:
@@ -116,7 +116,7 @@ class DeviceMethods:
         else:
             data = HOOKS.cuda.to_host(self.data)
         cls = type(self)
-        if not (self._requires_grad and is_grad_enabled()):
+        if not (self._requires_grad and is_recording()):
             return cls(data)
         # Differentiable copy: a node whose backward moves the gradient back. Each device's
         # graph compiles on its own; ``boundary`` is the leaf that stands for this node on

@@ -20,7 +20,7 @@ import numpy as np
 from gradjit.tracer import tape
 from gradjit.tracer.deferred import _loud, _quiet
 from gradjit.tracer.gradfn import GradFn
-from gradjit.tracer.modes import is_grad_enabled
+from gradjit.tracer.modes import is_recording
 from gradjit.tracer.registry import bind_attrs, get_op, user_site, user_where
 from gradjit.tracer.tensor_device import device_apply
 from gradjit.tracer.tracer_setitem import VIEW_OPS
@@ -63,7 +63,7 @@ class EagerMethods:
         for t in inputs:
             record = record or t._requires_grad
             inference = inference or t._inference
-        if not record or not is_grad_enabled():
+        if not record or not is_recording():
             return _unrecorded(op, out, inputs)
         if inference:   # _finish raises torch's error
             return cls._finish(op, attrs, inputs, True, [out], out_types, piece)
@@ -85,7 +85,7 @@ class EagerMethods:
         for t in ts:
             record = record or t._requires_grad
             inference = inference or t._inference
-        if not record or not is_grad_enabled():
+        if not record or not is_recording():
             return one([Tensor(o) for o in outs]) if len(outs) != 1 else _unrecorded(op, outs[0], ts)
         if inference:
             raise RuntimeError("Inference tensors cannot be saved for backward. To work around you "

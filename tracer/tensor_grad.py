@@ -6,6 +6,10 @@ Contract
   (TypeError otherwise), not the tensor itself, of the tensor's shape and dtype,
   on its device. A gradient of another shape used to be stored and to break (or
   silently broadcast into) the next accumulation.
+- ``register_post_accumulate_grad_hook(hook)`` (leaves only, torch's errors):
+  ``hook(tensor)`` runs after backward accumulated the leaf's ``.grad``
+  (runtime/autograd.py's ``backward``; ``autograd.grad`` accumulates nothing).
+- ``is_inference()``: made under inference mode (tracer/modes.py).
 - gradjit's own writers (the backward engines: runtime/autograd.py,
   runtime/fast_backward.py, and the constructors) store ``_grad`` directly: their
   gradients have the tensor's type by construction, and they run once per leaf of
@@ -14,6 +18,7 @@ Contract
 from __future__ import annotations
 
 from gradjit.tracer.device import is_device_array
+from gradjit.tracer.gradfn import HookHandle, LeafHooks
 
 
 class GradMethods:
@@ -30,6 +35,34 @@ class GradMethods:
         if g is not None:
             _check_grad(self, g)
         self._grad = g
+
+    def is_inference(self):
+        return self._inference
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(self) -> None`` runs after backward accumulated this leaf's ``.grad``
+        (in the grad mode of that backward: off unless create_graph=True, as torch).
+        Returns a handle with ``remove()``."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        if self._hooks is None:
+            self._hooks = LeafHooks()
+        self._hooks.post.append(hook)
+        return HookHandle(self._hooks.post, hook)
+
+
+def run_post_accumulate_hooks(t):
+    """After ``t.grad`` was accumulated: its post-accumulate-grad hooks. What a hook
+    returns is ignored, as torch does, when it is None or a Tensor (``p.add_(...)``
+    returns ``p``); anything else raises, as torch's TypeError."""
+    for h in list(t._hooks.post):
+        r = h(t)
+        if r is not None and not isinstance(r, GradMethods):
+            raise TypeError(f"a post accumulate grad hook must return None, but {h!r} "
+                            f"returned a {type(r).__name__}")
 
 
 def _check_grad(t, g):

@@ -6,6 +6,9 @@ Contract
   the recorded node; the version counter (``_box``) is bumped, so backward
   refuses values a later in-place op changed. Leaves that require grad refuse
   in-place ops while grad mode is on, as in torch.
+- The other in-place variants (``exp_``, ``clamp_``, ``addcmul_``, ``addcdiv_``,
+  ``lerp_``, ``scatter_``, ``index_add_`` ...: ``_INPLACE_VARIANTS``) run the
+  out-of-place method and write its result the same way.
 - ``copy_`` / ``fill_`` / ``zero_`` overwrite: with grad mode on and a tensor that
   requires grad on either side they record ``where(True, src, self)``, so the old
   history gets a zero gradient and ``src`` all of it (torch's CopyBackwards /
@@ -28,7 +31,7 @@ import numpy as np
 from gradjit.tracer import tape
 from gradjit.tracer.advanced_index import torch_split
 from gradjit.tracer.device import is_device_array
-from gradjit.tracer.modes import is_grad_enabled, is_inference_mode_enabled
+from gradjit.tracer.modes import is_recording, is_inference_mode_enabled
 
 
 _SLICES = weakref.WeakValueDictionary()   # id -> each live tensor made by basic indexing
@@ -92,7 +95,7 @@ class InplaceMethods:
         return self
 
     def _check_inplace(self, name):
-        if is_grad_enabled() and self.grad_fn is None and self._requires_grad:
+        if is_recording() and self.grad_fn is None and self._requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
                                f"operation ({name}).")
 
@@ -104,16 +107,16 @@ class InplaceMethods:
         self._check_inplace("sub_")
         return self._inplace(self.sub(other, alpha=alpha))
 
-    def _original(self, other):
+    def _original(self, *others):
         """The value before an in-place op, for ops whose backward reads it (mul, div,
-        pow): a recorded copy, as torch saves the original ``self`` for such ops. A
-        constant multiplied by a tensor that requires grad is saved as a snapshot: the
-        write would otherwise change the saved value (a false version error)."""
-        if not is_grad_enabled():
+        pow, lerp ...): a recorded copy, as torch saves the original ``self`` for such
+        ops. A constant combined with a tensor that requires grad is saved as a snapshot:
+        the write would otherwise change the saved value (a false version error)."""
+        if not is_recording():
             return self
         if self._requires_grad:
             return self + np.zeros((), self.dtype)
-        if getattr(other, "_requires_grad", False):
+        if any(getattr(o, "_requires_grad", False) for o in others):
             return _tensor_class()(self.data.copy())
         return self
 
@@ -156,7 +159,7 @@ class InplaceMethods:
         gets a zero gradient instead of keeping its place in the graph (its recorded
         value would stand in for ``new``), and ``new`` gets the whole gradient even when
         it is a leaf (``expand`` / ``to`` of a leaf return the leaf, with no node)."""
-        if is_grad_enabled() and (self._requires_grad or new._requires_grad):
+        if is_recording() and (self._requires_grad or new._requires_grad):
             from gradjit.tracer.api import where
             if is_device_array(self.data) and not is_device_array(new.data):
                 new = new.to(device="cuda")   # (differentiable; ops never mix devices)
@@ -175,7 +178,7 @@ class InplaceMethods:
         index = _concrete_index(index, Tensor)
         split = torch_split(index)   # (ints first, as torch: x[1, :, [1, 4]] is (4, 2) there)
         v = value if isinstance(value, Tensor) else None
-        if not (is_grad_enabled() and (self._requires_grad or (v is not None and v._requires_grad))):
+        if not (is_recording() and (self._requires_grad or (v is not None and v._requires_grad))):
             if split is None:
                 self.data[index] = np.asarray(getattr(value, "data", value))
             else:
@@ -206,22 +209,24 @@ class InplaceMethods:
     __itruediv__ = div_
 
 
-def _unary_inplace(name):
+def _inplace_variant(name):
     """``x.<name>_(...)``: ``x.<name>(...)`` written into ``x`` (torch's in-place variant),
-    computed from a recorded copy of ``x`` when it requires grad (the backward of some of
-    these reads the input, which the write replaces)."""
+    computed from ``_original`` (the backward of some of these reads the input, which
+    the write replaces)."""
     def method(self, *args, **kwargs):
         self._check_inplace(f"{name}_")
-        src = self + np.zeros((), self.dtype) if is_grad_enabled() and self._requires_grad \
-            else self
+        src = self._original(*args, *kwargs.values())
         return self._inplace(getattr(src, name)(*args, **kwargs))
     method.__name__ = method.__qualname__ = f"{name}_"
     return method
 
 
-_UNARY_INPLACE = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
-                  "neg", "abs", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc",
-                  "clamp", "clamp_min", "clamp_max", "masked_fill", "square", "sign", "sinc")
+_INPLACE_VARIANTS = (
+    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "neg", "abs",
+    "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc", "clamp", "clamp_min",
+    "clamp_max", "masked_fill", "square", "sign", "sinc",
+    # with tensor arguments (optimizers: addcmul_, addcdiv_, lerp_)
+    "addcmul", "addcdiv", "lerp", "scatter", "scatter_add", "index_add", "index_put")
 
 
 def _move_retain(t, fn, index):
@@ -242,5 +247,5 @@ def _concrete_index(index, Tensor):
     return tuple(one(i) for i in index) if isinstance(index, tuple) else one(index)
 
 
-for _name in _UNARY_INPLACE:   # (only where the out-of-place method exists)
-    setattr(InplaceMethods, f"{_name}_", _unary_inplace(_name))
+for _name in _INPLACE_VARIANTS:
+    setattr(InplaceMethods, f"{_name}_", _inplace_variant(_name))

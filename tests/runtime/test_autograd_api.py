@@ -615,6 +615,78 @@ def test_inference_mode(interpreted):
         assert (x * 2).requires_grad
 
 
+def test_inference_mode_false_records_again_inside_inference_mode(interpreted):
+    # torch's inference_mode(mode) sets grad mode to ``not mode``: inference_mode(False)
+    # records again inside inference_mode() and no_grad() (it only ever turned grad off)
+    x = leaf([1.0, 2.0, 3.0])
+    with gj.inference_mode():
+        assert gj.is_inference_mode_enabled()
+        with gj.inference_mode(False):
+            assert gj.is_grad_enabled() and not gj.is_inference_mode_enabled()
+            y = x * 2
+            c = gj.ones(3)
+        z = x * 2
+    assert y.requires_grad and not y.is_inference() and not c.is_inference()
+    assert not z.requires_grad and z.is_inference() and not x.is_inference()
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.data, [2.0, 2.0, 2.0])
+    with gj.no_grad():
+        with gj.inference_mode(False):
+            assert gj.is_grad_enabled() and (x * 2).requires_grad
+        assert not gj.is_grad_enabled()
+    with gj.inference_mode():
+        with gj.inference_mode(False):
+            with gj.no_grad():
+                assert not (x * 2).requires_grad
+            assert (x * 2).requires_grad
+        assert not gj.is_grad_enabled() and not (x * 2).requires_grad
+    assert gj.is_grad_enabled()
+
+
+@pytest.mark.parametrize("switch", ["enable_grad", "set_grad_enabled"])
+def test_enable_grad_inside_inference_mode_records_nothing(interpreted, switch):
+    # torch: inference mode wins over enable_grad (grad mode reads True, nothing recorded)
+    x = leaf([1.0, 2.0])
+    with gj.inference_mode():
+        with (gj.enable_grad() if switch == "enable_grad" else gj.set_grad_enabled(True)):
+            assert gj.is_grad_enabled()
+            z = x * 2
+            x.add_(1.0)   # in place on a leaf that requires grad: allowed, as not recorded
+        with gj.no_grad():
+            with gj.enable_grad():
+                assert not (x * 2).requires_grad
+    assert not z.requires_grad and z.grad_fn is None and z.is_inference()
+    np.testing.assert_allclose(x.data, [2.0, 3.0])
+    assert (x * 2).requires_grad
+
+
+def test_grad_create_graph_records_under_no_grad(interpreted):
+    # torch's engine runs the backward with grad mode = create_graph
+    x = leaf([0.3, -1.2, 0.7])
+    y = (x ** 3).sum()
+    with gj.no_grad():
+        (g,) = A.grad(y, x, create_graph=True)
+        assert not gj.is_grad_enabled()
+    assert g.requires_grad
+    np.testing.assert_allclose(g.data, 3 * x.data ** 2)
+    (gg,) = A.grad(g.sum(), x)
+    np.testing.assert_allclose(gg.data, 6 * x.data)
+    y1, y2 = (x ** 3).sum(), (x ** 3).sum()
+    with gj.no_grad():   # backward(create_graph=True): .grad carries history, accumulated twice
+        y1.backward(create_graph=True)
+        y2.backward(create_graph=True)
+    assert x.grad.requires_grad
+    (gg,) = A.grad(x.grad.sum(), x)
+    np.testing.assert_allclose(gg.data, 12 * x.data)
+    y = (x ** 3).sum()
+    with gj.inference_mode():   # inference mode still wins
+        (g,) = A.grad(y, x, create_graph=True)
+    assert not g.requires_grad and g.is_inference()
+    with gj.enable_grad():   # and without create_graph the result has no history
+        (g,) = A.grad((x ** 3).sum(), x)
+    assert not g.requires_grad
+
+
 def test_grad_modes_restore_on_exception(interpreted):
     with pytest.raises(ValueError):
         with gj.no_grad():

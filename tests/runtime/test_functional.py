@@ -263,6 +263,26 @@ def test_hvp_tuple_inputs_vs_hessian(interpreted):
     np.testing.assert_allclose(np.concatenate([arr(wa), arr(wb)]), hv, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["hvp", "vhp", "hessian"])
+def test_second_order_strict_refuses_a_linear_function(interpreted, name):
+    # torch: the jacobian of a linear function is independent of the input; hvp / vhp
+    # returned zeros in strict mode
+    op = getattr(F, name)
+    msg = (r"While computing the hessian, found that the jacobian of the user-provided "
+           r"function with respect to input {} is independent of the input\. This is not "
+           r"allowed in strict mode\.")
+    x, v = T(X), T([1.0, -0.5, 2.0])
+    args = (x,) if name == "hessian" else (x, v)
+    with pytest.raises(RuntimeError, match=msg.format(0)):
+        op(lambda a: (a * 2).sum(), *args, strict=True)
+    res = op(lambda a: (a * 2).sum(), *args)   # not strict: zeros
+    np.testing.assert_array_equal(arr(res if name == "hessian" else res[1]), 0.0)
+    pair = ((x, x),) if name == "hessian" else ((x, x), (v, v))
+    with pytest.raises(RuntimeError, match=msg.format(1)):   # only the second is linear
+        op(lambda a, b: (a * a).sum() + (b * 2).sum(), *pair, strict=True)
+    op(lambda a, b: (a * a).sum() * (b * b).sum(), *pair, strict=True)   # both depend: fine
+
+
 def test_hvp_create_graph(interpreted):
     x = gj.tensor(X, requires_grad=True)
     v = T([1.0, 1.0, 1.0])

@@ -310,3 +310,53 @@ def test_leaf_hook_runs_once_for_a_leaf_used_twice(interpreted):
     (x * x + x.exp()).sum().backward()
     assert len(calls) == 1                          # on the summed gradient, once
     np.testing.assert_allclose(calls[0], 2 * X + np.exp(X))
+
+
+# --------------------------------------------------------------------------------------
+# post-accumulate-grad hooks
+# --------------------------------------------------------------------------------------
+
+def test_post_accumulate_grad_hook_sees_the_accumulated_grad(interpreted):
+    x = leaf()
+    seen = []
+    h = x.register_post_accumulate_grad_hook(
+        lambda p: seen.append((p is x, np.array(p.grad.data), gj.is_grad_enabled())))
+    x.register_hook(lambda g: g * 10)   # a gradient hook runs first, as torch
+    (x * x).sum().backward()
+    assert len(seen) == 1 and seen[0][0] and seen[0][2] is False   # (backward's no-grad mode)
+    np.testing.assert_allclose(seen[0][1], 20 * X)
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(seen[1][1], 20 * X + 20)   # after accumulating
+    A.grad((x * 2).sum(), x)   # autograd.grad accumulates nothing: no call
+    w = leaf()
+    (x * w).sum().backward(inputs=[w])   # x not accumulated: no call
+    assert len(seen) == 2
+    h.remove()
+    (x * 2).sum().backward()
+    assert len(seen) == 2
+
+
+def test_post_accumulate_grad_hook_errors_as_torch(interpreted):
+    with pytest.raises(RuntimeError, match="post accumulate grad hooks cannot be registered on "
+                                           "non-leaf tensors"):
+        (leaf() * 2).register_post_accumulate_grad_hook(lambda p: None)
+    with pytest.raises(RuntimeError, match="cannot register a hook on a tensor that doesn't "
+                                           "require gradient"):
+        gj.tensor(X).register_post_accumulate_grad_hook(lambda p: None)
+    x = leaf()
+    x.register_post_accumulate_grad_hook(lambda p: 1)
+    with pytest.raises(TypeError, match="must return None"):
+        (x * 2).sum().backward()
+
+
+def test_post_accumulate_grad_hook_steps_an_optimizer(executor):
+    # torch's documented use: the update in the hook, each step (steps a compiled or
+    # replayed backward would otherwise take without looking at the leaf's hooks)
+    p = leaf([1.0, 2.0])
+    ref = np.array([1.0, 2.0])
+    p.register_post_accumulate_grad_hook(lambda t: t.add_(t.grad, alpha=-0.1))
+    for _ in range(4):
+        p.grad = None
+        (p * p).sum().backward()
+        ref = ref - 0.1 * 2 * ref
+        np.testing.assert_allclose(p.data, ref)

@@ -79,6 +79,106 @@ def test_copy_and_fill(interpreted):
     assert np.all(z.fill_(7.0).data == 7.0) and np.all(z.zero_().data == 0.0)
 
 
+_IDX = np.array([[0, 1, 2, 0], [2, 0, 0, 1]])   # (repeated targets along dim 0)
+
+
+def _np_scatter(x, dim, index, src, add=False):
+    out = x.copy()
+    for pos in np.ndindex(index.shape):
+        tgt = list(pos)
+        tgt[dim] = index[pos]
+        v = src[pos] if np.ndim(src) else src
+        out[tuple(tgt)] = out[tuple(tgt)] + v if add else v
+    return out
+
+
+def _np_index_add(x, a):
+    out = x.copy()
+    np.add.at(out, (slice(None), [0, 3, 0]), 2.0 * a[:, :3])
+    return out
+
+
+def _np_index_put(x, a):
+    out = x.copy()
+    out[[0, 2], [1, 3]] = a[0, :2]
+    return out
+
+
+# name, in-place program of (x, a, b) (self is a non-leaf copy of x, or a constant), NumPy
+INPLACE_WITH_ARGUMENTS = [
+    ("addcmul_", lambda x, a, b: (x * 1).addcmul_(a, b, value=0.5), lambda x, a, b: x + a * b / 2),
+    ("addcdiv_", lambda x, a, b: (x * 1).addcdiv_(a, b, value=-2.0),
+     lambda x, a, b: x - 2 * a / b),
+    ("lerp_", lambda x, a, b: (x * 1).lerp_(a, b / 10), lambda x, a, b: x + b / 10 * (a - x)),
+    ("scatter_", lambda x, a, b: (x * 1).scatter_(0, _IDX, a),
+     lambda x, a, b: _np_scatter(x, 0, _IDX, a)),
+    ("scatter_-value", lambda x, a, b: (x * 1).scatter_(1, np.array([[0], [3], [1]]), 2.5),
+     lambda x, a, b: _np_scatter(x, 1, np.array([[0], [3], [1]]), 2.5)),
+    ("scatter_-reduce-add", lambda x, a, b: (x * 1).scatter_(0, _IDX, a, reduce="add"),
+     lambda x, a, b: _np_scatter(x, 0, _IDX, a, add=True)),
+    ("scatter_add_", lambda x, a, b: (x * 1).scatter_add_(0, _IDX, a),
+     lambda x, a, b: _np_scatter(x, 0, _IDX, a, add=True)),
+    ("index_add_", lambda x, a, b: (x * 1).index_add_(1, np.array([0, 3, 0]), a[:, :3], alpha=2.0),
+     lambda x, a, b: _np_index_add(x, a)),
+    ("index_put_", lambda x, a, b: (x * 1).index_put_((np.array([0, 2]), np.array([1, 3])),
+                                                      a[0, :2]),
+     lambda x, a, b: _np_index_put(x, a)),
+    ("addcmul_-constant-self", lambda x, a, b: gj.tensor(np.ones((3, 4))).addcmul_(x, a * b),
+     lambda x, a, b: 1 + x * a * b),
+    ("lerp_-constant-self", lambda x, a, b: gj.tensor(np.ones((3, 4))).lerp_(x, a),
+     lambda x, a, b: 1 + a * (x - 1)),
+]
+
+
+@pytest.mark.parametrize("name,prog,ref", INPLACE_WITH_ARGUMENTS,
+                         ids=[c[0] for c in INPLACE_WITH_ARGUMENTS])
+def test_inplace_variants_with_tensor_arguments(interpreted, name, prog, ref):
+    # the in-place forms optimizers call (v.mul_(b2).addcmul_(g, g, value=1 - b2)) were
+    # missing: values against NumPy, gradients against central differences
+    from tests.fd import numerical_grad
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=(3, 4)), rng.normal(size=(3, 4)), rng.normal(size=4) + 3.0]
+    W = rng.normal(size=(3, 4))
+    ts = [gj.tensor(a, requires_grad=True) for a in arrays]
+    y = prog(*ts)
+    assert y.requires_grad and y._version == 1
+    np.testing.assert_allclose(y.data, ref(*arrays), rtol=1e-12, atol=1e-12)
+    (y * W).sum().backward()
+    for i, t in enumerate(ts):
+        fd = numerical_grad(lambda *a: ref(*a) * W, arrays, i)
+        got = np.zeros_like(fd) if t.grad is None else t.grad.data
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6, err_msg=f"{name}: input {i}")
+
+
+def test_inplace_variants_refuse_leaves_and_step_an_optimizer(executor):
+    x = leaf(1.0, 2.0)
+    for op in (lambda: x.addcmul_(x, x), lambda: x.addcdiv_(x, x), lambda: x.lerp_(x, 0.5),
+               lambda: x.scatter_(0, np.array([0]), 1.0)):
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
+                                               "in an in-place operation"):
+            op()
+    with pytest.raises(NotImplementedError, match="reduce='multiply' is not supported"):
+        (x * 1).scatter_(0, np.array([0]), 2.0, reduce="multiply")
+    # Adam's moments and update, under no_grad, against NumPy
+    p = leaf(0.5, -1.0, 2.0)
+    m, v = gj.zeros(3), gj.zeros(3)
+    pn, mn, vn = p.data.copy(), np.zeros(3), np.zeros(3)
+    for step in range(1, 4):
+        p.grad = None
+        ((p * p).sum() + p.sin().sum()).backward()
+        gn = 2 * pn + np.cos(pn)
+        np.testing.assert_allclose(p.grad.data, gn, rtol=1e-12)
+        with gj.no_grad():
+            m.mul_(0.9).add_(p.grad, alpha=0.1)
+            v.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+            p.addcdiv_(m, v.sqrt().add_(1e-8), value=-0.01)
+        mn = 0.9 * mn + 0.1 * gn
+        vn = 0.999 * vn + 0.001 * gn * gn
+        pn = pn - 0.01 * mn / (np.sqrt(vn) + 1e-8)
+        np.testing.assert_allclose(p.data, pn, rtol=1e-12)
+        assert v._version == 2 * step and p._version == step
+
+
 def test_inplace_shape_mismatch():
     y = gj.tensor(np.ones(3))
     with pytest.raises(RuntimeError, match=r"output with shape \[3\] doesn't match the broadcast "
