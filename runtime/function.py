@@ -12,8 +12,11 @@ Contract
   calls NumPy on raw data, keeps arrays on ``ctx`` ...) or is marked
   ``once_differentiable``, it runs as a Python callback between compiled
   segments (``host_call``), with a one-time log message. The context's plain
-  attributes (numbers, strings, tuples) are part of the plan key; any other
-  attribute makes the backward opaque.
+  attributes (numbers, strings, and lists, tuples and dicts of them, nested)
+  are part of the plan key, by type and value; any other attribute makes the
+  backward opaque. Values the traced backward reads from outside (globals,
+  closure cells, class attributes, tensors) are guarded as a transform's are
+  (``runtime/guards.py``): a change rebuilds the plan (``runtime/engine.py``).
 - In ``gj.jit`` / ``gj.grad`` (tracer arguments), forward and backward are
   both traced; the forward's ops are computed but not differentiated (the
   node's rule is the user's backward).
@@ -79,13 +82,28 @@ class FunctionCtx:
         if self.opaque():
             return ("opaque",)
         return (tuple(self.needs_input_grad), self.materialize_grads,
-                tuple(sorted(self._user_attrs().items())))
+                tuple((k, _frozen(v)) for k, v in sorted(self._user_attrs().items())))
 
 
 def _is_plain(v):
     if isinstance(v, (tuple, list)):
         return all(_is_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(_is_plain(k) and _is_plain(x) for k, x in v.items())
     return isinstance(v, _PLAIN)
+
+
+def _frozen(v):
+    """A hashable key of a plain value: its type with it (so 1, 1.0 and True, or a list
+    and a tuple, are different keys) and a float's bits (-0.0 is not 0.0; NaN equals
+    itself, where ``nan == nan`` would miss the plan every time)."""
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_frozen(x) for x in v))
+    if isinstance(v, dict):
+        return (type(v), tuple((_frozen(k), _frozen(x)) for k, x in v.items()))
+    if isinstance(v, float):
+        return (type(v), v.hex())
+    return (type(v), v)
 
 
 def once_differentiable(backward):

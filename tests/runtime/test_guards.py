@@ -289,3 +289,40 @@ def test_unrelated_names_deep_structures_and_odd_objects(executor):
 
 
 T = None
+
+
+def test_deques_sets_arrays_proxies_and_mapping_views_are_read_again(interpreted):
+    """Containers beyond tuple / list / dict were checked by identity only: an item
+    written into a deque, a set, an array.array, a read-only view of a dict, or an
+    attribute read through a weak proxy kept the traced value."""
+    import array
+    import collections
+    import types
+    import weakref
+
+    class Config:
+        pass
+
+    cfg = Config()
+    cfg.k = 2.0
+    history, seen = collections.deque([1.0, 0.5]), {1.0}
+    coeffs, table = array.array("d", [3.0]), {"b": 1.0}
+    view, proxy = types.MappingProxyType(table), weakref.proxy(cfg)
+    chain = collections.ChainMap({}, {"c": 1.0})
+
+    def f(x):
+        s = history[0] * x + history[-1] + coeffs[0] * x + view["b"] + proxy.k * x
+        return (s * (2.0 if 3.0 in seen else 1.0) + chain["c"]).sum()
+
+    g, vg, x = gj.grad(f), gj.value_and_grad(f), np.array([0.5, -1.0])
+    np.testing.assert_allclose(g(x), [6.0, 6.0])
+    np.testing.assert_allclose(vg(x)[0], f(x))
+    for write, want in ((lambda: history.__setitem__(0, 5.0), 10.0),
+                        (lambda: coeffs.__setitem__(0, 1.0), 8.0),
+                        (lambda: setattr(cfg, "k", 4.0), 10.0),
+                        (lambda: seen.add(3.0), 20.0)):
+        write()
+        np.testing.assert_allclose(g(x), [want, want])
+    table["b"] = 7.0
+    chain.maps[1]["c"] = 3.0
+    np.testing.assert_allclose(vg(x)[0], f(x))   # (the view and the chain's second map)
