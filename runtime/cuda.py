@@ -185,8 +185,10 @@ def compile_graph_cuda(graph):
     from gradjit.tracer.control_flow import REGION_OPS
     region = next((n for n in graph.nodes if n.op in REGION_OPS), None)
     if region is not None:
-        name = {"scan.default": "gj.scan / gj.fori_loop", "cond.default": "gj.cond",
-                "call.default": "gj.checkpoint", "while.default": "gj.while_loop"}[region.op]
+        # (a scan says which construct made it: gj.scan, gj.fori_loop, gj.while_loop)
+        name = region.attrs.get("origin") or {
+            "scan.default": "gj.scan / gj.fori_loop", "cond.default": "gj.cond",
+            "call.default": "gj.checkpoint", "while.default": "gj.while_loop"}[region.op]
         raise GradjitError(f"{name} runs on the CPU only: the CUDA target has no loop or "
                            f"branch regions yet (use device='cpu')", region.site)
     require(f"compiling graph {graph.name!r}")

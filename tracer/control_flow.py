@@ -55,7 +55,7 @@ REGION_OPS = ("scan.default", "cond.default", "call.default", "while.default")
 
 
 # -- reference implementations (the interpreter; compiled code must agree) ----------------------
-def _scan_impl(*arrays, body, n_carry, n_x, length, reverse):
+def _scan_impl(*arrays, body, n_carry, n_x, length, reverse, origin="gj.scan"):
     g = body.graph
     carry = [np.asarray(a) for a in arrays[:n_carry]]
     xs, caps = arrays[n_carry:n_carry + n_x], list(arrays[n_carry + n_x:])
@@ -179,6 +179,12 @@ def _check_same(what, kind, got, want, tree_got, tree_want):
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     """``(final_carry, stacked_ys)``: ``carry, y = f(carry, x)`` over the leading axis of
     ``xs`` (pytrees), as ``jax.lax.scan``. ``unroll`` is accepted for JAX compatibility."""
+    return _scan(f, init, xs, length, reverse, "gj.scan")
+
+
+def _scan(f, init, xs, length, reverse, origin):
+    """``scan``; ``origin`` (the user's construct: gj.scan, gj.fori_loop, gj.while_loop)
+    stays in the node's attrs, so a target refusing the region names what the user wrote."""
     x_leaves, x_tree = pytree.flatten(xs)
     lengths = {int(np.shape(x)[0]) for x in x_leaves if np.ndim(x) >= 1}
     if any(np.ndim(x) == 0 for x in x_leaves):
@@ -209,7 +215,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     out_c_tree, out_y_tree = tree[1][0], tree[1][1]
     _check_same("gj.scan", "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
                 out_c_tree, c_tree)
-    attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse)}
+    attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse),
+             "origin": origin}
     types = ([(v.shape, v.dtype) for v in g.inputs[:nc]]
              + [((n,) + v.shape, v.dtype) for v in vals[nc:]]
              + [((n,) + v.shape, v.dtype) for v in g.inputs[:nc]])
@@ -260,7 +267,8 @@ def fori_loop(lower, upper, body_fun, init_val):
     steps = np.arange(lower, max(lower, upper), dtype=np.int64)
     if steps.size == 0:
         return init_val
-    return scan(lambda c, i: (body_fun(i, c), None), init_val, steps)[0]
+    return _scan(lambda c, i: (body_fun(i, c), None), init_val, steps, None, False,
+                 "gj.fori_loop")[0]
 
 
 def while_loop(cond_fun, body_fun, init_val, max_steps=None):
@@ -288,7 +296,8 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
             # once stopped, the body does not run (a cond, not a where over its result:
             # sqrt(x - 0.5) past the stop made NaN derivatives that 0 * NaN let through)
             return (cond(live, checked_body, lambda v: v, val), live), None
-        return scan(step, (init_val, np.array(True)), length=int(max_steps))[0][0]
+        return _scan(step, (init_val, np.array(True)), None, int(max_steps), False,
+                     "gj.while_loop")[0][0]
     c_leaves, c_tree = pytree.flatten(init_val)
     c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]
     nc = len(c_in)

@@ -1,0 +1,56 @@
+"""User programs on CUDA (not single ops): loops, integer arrays, tensor-mode indexing,
+creation functions, and the errors for what the CUDA target cannot run.
+
+Runs under Numba's CUDA simulator (``tests/cuda/test_cuda_sim.py`` starts ``tests/cuda/sim``
+in a subprocess with ``NUMBA_ENABLE_CUDASIM=1``), or on a GPU with ``GRADJIT_TEST_GPU=1``.
+Results are compared with the CPU path (itself checked against NumPy by the main suite)
+or with NumPy; arrays are tiny (the simulator runs each GPU thread in Python).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+ON_DEVICE = SIMULATED or os.environ.get("GRADJIT_TEST_GPU") == "1"
+pytestmark = pytest.mark.skipif(not ON_DEVICE, reason="runs in the simulator subprocess of "
+                                "test_cuda_sim.py, or on a GPU with GRADJIT_TEST_GPU=1")
+
+if ON_DEVICE:
+    import gradjit as gj
+
+
+def _euler(x):
+    for _ in range(40):   # (unrolled by the trace; on the CPU folded into a scan)
+        x = x + 0.01 * np.tanh(x)
+    return x.sum()
+
+
+def test_python_loop_runs_unrolled_on_cuda():
+    """A plain Python loop is not a gj.scan the user wrote: CUDA runs it unrolled (folding
+    it into a scan made the CUDA target refuse it as gj.scan)."""
+    x = np.array([0.1, 0.5, -0.3])
+    want = gj.grad(_euler)(x)
+    np.testing.assert_allclose(gj.grad(_euler, device="cuda")(x), want, rtol=1e-12)
+    np.testing.assert_allclose(gj.jit(_euler, device="cuda")(x), _euler(x), rtol=1e-12)
+    # a transform inside a CUDA trace folds into the CUDA graph: stays unrolled too
+    np.testing.assert_allclose(gj.jit(lambda x: gj.grad(_euler)(x), device="cuda")(x), want,
+                               rtol=1e-12)
+
+
+def test_refused_regions_name_the_users_construct():
+    """gj.while_loop (a scan with a cond inside, once max_steps is given) and gj.fori_loop are
+    named as the user wrote them, also from the reverse scan of gj.grad."""
+    x = np.ones(3)
+    progs = {"gj.while_loop": lambda x: gj.while_loop(lambda c: c.sum() < 10, lambda c: c * 2,
+                                                      x, max_steps=10).sum(),
+             "gj.fori_loop": lambda x: gj.fori_loop(0, 3, lambda i, c: c * 2, x).sum(),
+             "gj.scan": lambda x: gj.scan(lambda c, _: (c * 2, None), x, length=3)[0].sum()}
+    for name, f in progs.items():
+        for t in (gj.grad(f, device="cuda"), gj.jit(f, device="cuda")):
+            with pytest.raises(gj.GradjitError) as info:
+                t(x)
+            msg = str(info.value)
+            assert msg.startswith(f"{name} runs on the CPU only") and "test_sim_user_code" in msg
