@@ -54,3 +54,54 @@ def test_refused_regions_name_the_users_construct():
                 t(x)
             msg = str(info.value)
             assert msg.startswith(f"{name} runs on the CPU only") and "test_sim_user_code" in msg
+
+
+def _index_cases(x, idx, mask, tgt):
+    F = gj.nn.functional
+    return {"index_select": lambda: x.index_select(1, idx), "x[:, idx]": lambda: x[:, idx],
+            "x[[1, 0]]": lambda: x[[1, 0]], "x[:, mask]": lambda: x[:, mask],
+            "gather": lambda: x.gather(1, idx.reshape(2, 1)), "take": lambda: x.take(idx),
+            "cross_entropy": lambda: F.cross_entropy(x, tgt),
+            "nll_loss": lambda: F.nll_loss(F.log_softmax(x, 1), tgt),
+            "embedding": lambda: F.embedding(tgt, x.T),
+            "conv1d": lambda: F.conv1d(x[None], x[:, None, :2].repeat(1, 2, 1)),
+            "max_pool1d": lambda: F.max_pool1d(x[None], 2)}
+
+
+def _index_results(device):
+    xn = np.arange(6.0).reshape(2, 3) / 7
+    x = gj.tensor(xn, device=device, requires_grad=True)
+    idx = gj.tensor(np.array([0, 2]), device=device)
+    mask = gj.tensor(np.array([True, False, True]), device=device)
+    tgt = gj.tensor(np.array([2, 0]), device=device)
+    out = {}
+    for name, f in _index_cases(x, idx, mask, tgt).items():
+        x.grad = None
+        y = f()
+        assert y.device == device, name
+        (y * y).sum().backward()
+        out[name] = (y.detach().cpu().numpy(), x.grad.cpu().numpy())
+    return out
+
+
+def test_tensor_indexing_on_cuda():
+    """Integer and boolean indexing of CUDA tensors (and the nn functions built on it): the
+    index arrays gradjit makes go to the device (each raised torch's device error)."""
+    cpu, gpu = _index_results("cpu"), _index_results("cuda")
+    for name in cpu:
+        for g, c in zip(gpu[name], cpu[name]):
+            np.testing.assert_allclose(g, c, rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+def test_cpu_index_tensor_beside_cuda_tensor():
+    """A user's CPU tensor beside a CUDA tensor is still torch's error (index_select / gather
+    and arithmetic); indexing x[idx] moves a CPU index along, as torch's."""
+    x = gj.tensor(np.arange(6.0).reshape(2, 3), device="cuda")
+    idx = gj.tensor(np.array([0, 2]))
+    for f in (lambda: x.index_select(1, idx), lambda: x.gather(1, idx.reshape(2, 1)),
+              lambda: x + gj.tensor(np.ones(3))):
+        with pytest.raises(RuntimeError, match="same device"):
+            f()
+    with pytest.raises(RuntimeError, match="same device"):
+        gj.tensor(np.ones((2, 3))).index_select(1, idx.cuda())
+    np.testing.assert_array_equal(x[:, idx].cpu().numpy(), [[0.0, 2.0], [3.0, 5.0]])
