@@ -105,3 +105,18 @@ def test_cpu_index_tensor_beside_cuda_tensor():
     with pytest.raises(RuntimeError, match="same device"):
         gj.tensor(np.ones((2, 3))).index_select(1, idx.cuda())
     np.testing.assert_array_equal(x[:, idx].cpu().numpy(), [[0.0, 2.0], [3.0, 5.0]])
+
+
+def test_float16_is_refused_clearly():
+    """NumPy's float math of uint8 / int8 gives float16, which the CUDA generator has no
+    kernels for (the CPU runs such graphs on NumPy): a GradjitError naming the dtype, the
+    remedy and the user's line, not the generator's NotImplementedError."""
+    u8, f16 = np.array([4, 9], np.uint8), np.array([1.0, 2.0], np.float16)
+    np.testing.assert_allclose(gj.jit(np.sqrt)(u8), [2.0, 3.0])   # (the CPU runs it)
+    for t, a in ((gj.jit(lambda a: np.sqrt(a), device="cuda"), u8),
+                 (gj.grad(lambda a: np.sin(a).sum(), device="cuda"), f16),
+                 (gj.jit(lambda a: np.exp(a.astype(np.int8)), device="cuda"), u8.astype(float))):
+        with pytest.raises(gj.GradjitError) as info:
+            t(a)
+        msg = str(info.value)
+        assert "float16" in msg and "float32" in msg and "test_sim_user_code" in msg, msg
