@@ -120,3 +120,24 @@ def test_float16_is_refused_clearly():
             t(a)
         msg = str(info.value)
         assert "float16" in msg and "float32" in msg and "test_sim_user_code" in msg, msg
+
+
+def test_integer_and_bool_matmul_on_cuda():
+    """Integer and bool products (a @ b, np.dot, np.matmul, einsum; tensors' @) run on CUDA
+    with NumPy's dtype and values (the generator refused all but floats). uint64 beyond
+    2**53 checks the int64 reinterpretation (a float64 path would lose bits)."""
+    rng = np.random.default_rng(0)
+    progs = [lambda a, b: a @ a, lambda a, b: np.dot(a, a.T), lambda a, b: np.matmul(a, b),
+             lambda a, b: np.einsum("ij,bjk->bik", a, b)]
+    for dt in (np.int64, np.int32, np.uint8, np.uint64, np.bool_):
+        a = rng.integers(0, 5, (3, 3)).astype(dt)
+        b = rng.integers(0, 5, (2, 3, 4)).astype(dt)
+        if dt == np.uint64:
+            a[0, 0] = 2**63 + 12345
+        for f in progs:
+            want = f(a, b)
+            got = gj.jit(f, device="cuda")(a, b)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (dt, got, want)
+    t = gj.tensor(np.arange(6).reshape(2, 3), device="cuda")
+    np.testing.assert_array_equal((t @ t.T).cpu().numpy(), np.arange(6).reshape(2, 3)
+                                  @ np.arange(6).reshape(2, 3).T)
