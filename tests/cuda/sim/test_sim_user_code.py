@@ -141,3 +141,32 @@ def test_integer_and_bool_matmul_on_cuda():
     t = gj.tensor(np.arange(6).reshape(2, 3), device="cuda")
     np.testing.assert_array_equal((t @ t.T).cpu().numpy(), np.arange(6).reshape(2, 3)
                                   @ np.arange(6).reshape(2, 3).T)
+
+
+def test_creation_functions_take_device():
+    """torch's creation functions take device= (gj.tensor did, the others raised TypeError);
+    *_like default to the input's device, as torch's."""
+    from gradjit.tracer.tensor_device import Device
+    made = {"zeros": gj.zeros(2, 3, device="cuda"), "ones": gj.ones((2,), device=Device("cuda")),
+            "full": gj.full((2,), 3, device="cuda:0"), "empty": gj.empty(2, device="cuda"),
+            "eye": gj.eye(2, dtype=gj.float64, device="cuda"), "arange": gj.arange(3, device="cuda"),
+            "linspace": gj.linspace(0, 1, 3, device="cuda"),
+            "logspace": gj.logspace(0, 1, 3, device="cuda"),
+            "rand": gj.rand(2, device="cuda"), "randn": gj.randn(2, device="cuda"),
+            "randint": gj.randint(0, 5, (2,), device="cuda"),
+            "as_tensor": gj.as_tensor([1.0, 2.0], device="cuda"),
+            "requires_grad": gj.zeros(2, device="cuda", requires_grad=True)}
+    x = gj.tensor(np.ones((2, 3)), device="cuda")
+    made.update({"zeros_like": gj.zeros_like(x), "ones_like": gj.ones_like(x),
+                 "full_like": gj.full_like(np.ones(2), 2.0, device="cuda"),
+                 "empty_like": gj.empty_like(x), "rand_like": gj.rand_like(x),
+                 "randn_like": gj.randn_like(x)})
+    for name, t in made.items():
+        assert t.device == "cuda", name
+    np.testing.assert_array_equal(made["eye"].cpu().numpy(), np.eye(2))
+    np.testing.assert_array_equal(made["arange"].cpu().numpy(), [0, 1, 2])
+    assert made["arange"].dtype == np.int64 and made["requires_grad"].requires_grad
+    np.testing.assert_array_equal((x * gj.ones_like(x)).cpu().numpy(), np.ones((2, 3)))
+    assert gj.ones_like(x, device="cpu").device == "cpu" and gj.zeros(2, device="cpu").device == "cpu"
+    with pytest.raises(ValueError, match="cpu, cuda"):
+        gj.zeros(2, device="tpu")
