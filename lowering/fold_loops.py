@@ -76,7 +76,8 @@ class _Reject(Exception):
 
 def fold_loops(graph, roots=(), since=0):
     moved = {}
-    if graph.loop_regions and len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
+    if graph.loop_regions and len(graph.nodes) >= MIN_NODES_FUSING \
+            and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
         moved = _fold_runs(graph, roots, since)
     # the per-step values a folded loop stacked, when the program stacks them again
     more = restack(graph, since)
