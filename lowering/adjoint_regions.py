@@ -122,7 +122,8 @@ def scan_rule(graph, node, grad_outs, mask):
              + [((n,) + v.shape, v.dtype) for v in vg.inputs[:n_carry]])
     outs = graph.add_node("scan.default", seeds_in + slices + list(caps) + _fed(graph, consts),
                           {"body": Region(vg), "n_carry": n_carry, "n_x": len(slices),
-                           "length": n, "reverse": not a["reverse"]}, types)
+                           "length": n, "reverse": not a["reverse"],
+                           "origin": a.get("origin", "gj.scan")}, types)
     res = [None] * len(ins)
     for k, i in enumerate(fc):
         res[i] = outs[k]

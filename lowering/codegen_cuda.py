@@ -330,9 +330,7 @@ def contiguous(e, v, node=None):
 def _stmt(e, node):
     from gradjit.lowering.codegen_cuda_kernels import CUDA_KERNELS
     op, ins, out = node.op, node.inputs, node.outputs[0]
-    if op in ("mm.default", "bmm.default"):
-        if out.dtype.kind != "f":
-            raise NotImplementedError(f"CUDA code generator: op '{op}' on {out.dtype} (floats only)")
+    if op in ("mm.default", "bmm.default"):   # (any real dtype: lowering/cuda_device.mm)
         e.alloc(out)
         e.hemit(f"cm.{op.split('.')[0]}(v{ins[0].id}, v{ins[1].id}, v{out.id})", node)
         e.layout[out] = "C"

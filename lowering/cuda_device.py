@@ -149,6 +149,10 @@ def _make_mm(nbt):
 
 mm_f32, bmm_f32 = _make_mm(numba.float32)
 mm_f64, bmm_f64 = _make_mm(numba.float64)
+# Integer and bool products, as NumPy's: accumulated in int64, which wraps as every narrower
+# integer type does, and stored cast to the output's type (bool: any a[i, j] and b[j, k]).
+# Compiled lazily, once per operand type.
+mm_int, bmm_int = _make_mm(numba.int64)
 
 # Large products: a 64 x 64 output tile per block of 16 x 16 threads, each thread keeping a
 # 4 x 4 block of C in registers (outer products of a column of A and a row of B staged in
@@ -293,11 +297,14 @@ def tview(a):
 
 
 def mm(a, b, out):
-    """Launch the tiled matmul ``out = a @ b`` (2-D, float32 or float64)."""
+    """Launch the tiled matmul ``out = a @ b`` (2-D, float32, float64, integer or bool)."""
     m, n = out.shape
     if out.size == 0:
         return out
     f32 = out.dtype == np.float32
+    if out.dtype.kind != "f":
+        mm_int[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE)](*_signed(a, b, out))
+        return out
     if out.size >= BIG:
         kern = mm_big_f32 if f32 else mm_big_f64
         kern[((n + BM - 1) // BM, (m + BM - 1) // BM), (16, 16)](a, b, out)
@@ -307,9 +314,19 @@ def mm(a, b, out):
     return out
 
 
+def _signed(*arrays):
+    """uint64 operands as int64 (the same bits: the int64 kernel's wrapping sums are
+    right), as Numba would type a uint64 load beside int64 as float64, losing bits."""
+    return [x.view(np.int64) if x.dtype == np.uint64 else x for x in arrays]
+
+
 def bmm(a, b, out):
     nb, m, n = out.shape
     if out.size == 0:
+        return out
+    if out.dtype.kind != "f":
+        kern = bmm_int[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb), (TILE, TILE, 1)]
+        kern(*_signed(a, b, out))
         return out
     if m * n >= BIG:
         kern = bmm_big_f32 if out.dtype == np.float32 else bmm_big_f64

@@ -25,7 +25,9 @@ Contract
   per-step results sliced again where they are read. Anything else leaves the graph as
   it is, so folding never changes what is computed, only its shape.
 - Only the forward graph is folded (before the adjoint), so reverse mode is the scan's
-  reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off.
+  reverse scan (lowering/adjoint_regions.py). ``GRADJIT_FOLD_LOOPS=0`` turns folding off,
+  and so does ``graph.loop_regions = False`` (a graph for the CUDA target, which has no
+  region nodes: the unrolled loop runs there as the user wrote it).
 - Then concatenations that rebuild one value from its slices (the program stacking the
   per-step values of a loop) become that value (lowering/restack.py), folded or not.
 """
@@ -74,7 +76,8 @@ class _Reject(Exception):
 
 def fold_loops(graph, roots=(), since=0):
     moved = {}
-    if len(graph.nodes) >= MIN_NODES_FUSING and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
+    if graph.loop_regions and len(graph.nodes) >= MIN_NODES_FUSING \
+            and os.environ.get("GRADJIT_FOLD_LOOPS", "1") != "0":
         moved = _fold_runs(graph, roots, since)
     # the per-step values a folded loop stacked, when the program stacks them again
     more = restack(graph, since)

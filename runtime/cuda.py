@@ -12,7 +12,9 @@ Contract
   (``runtime/compiler.generated_module``: executed from the source, the entry's
   lock held). Kernels compile on first launch and are cached on disk through the
   verified store (runtime/numba_cache.py, numba-cuda's ``CUDACache``); ``STATS
-  ["cuda_loads"]`` counts modules imported in this process.
+  ["cuda_loads"]`` counts modules imported in this process. Graphs with region
+  nodes (gj.scan & co.) or float16 values raise a ``GradjitError`` naming the
+  construct or the op, at the user's line.
 - ``CudaExecutable(arrays)`` takes host or device arrays (host ones are
   copied once per call), keeps ``consts`` on the device, and returns device
   arrays; 0-d values travel as 1-element arrays inside and are reshaped to
@@ -185,12 +187,37 @@ def compile_graph_cuda(graph):
     from gradjit.tracer.control_flow import REGION_OPS
     region = next((n for n in graph.nodes if n.op in REGION_OPS), None)
     if region is not None:
-        name = {"scan.default": "gj.scan / gj.fori_loop", "cond.default": "gj.cond",
-                "call.default": "gj.checkpoint", "while.default": "gj.while_loop"}[region.op]
+        # (a scan says which construct made it: gj.scan, gj.fori_loop, gj.while_loop)
+        name = region.attrs.get("origin") or {
+            "scan.default": "gj.scan / gj.fori_loop", "cond.default": "gj.cond",
+            "call.default": "gj.checkpoint", "while.default": "gj.while_loop"}[region.op]
         raise GradjitError(f"{name} runs on the CPU only: the CUDA target has no loop or "
                            f"branch regions yet (use device='cpu')", region.site)
+    _refuse_float16(graph)
     require(f"compiling graph {graph.name!r}")
     return CudaExecutable(graph)
+
+
+def _refuse_float16(graph):
+    """The CUDA generator has no float16 kernels (on the CPU such a graph runs on NumPy's
+    interpreter: runtime/tiers.holds_float16; CUDA code has no host fallback): say where
+    the float16 comes from and what to do, at the user's line."""
+    f2 = np.dtype(np.float16)
+    hint = ("the CUDA target has no float16 kernels; cast to float32 first "
+            "(x.astype(np.float32)), or use device='cpu'")
+    for k, v in enumerate(graph.inputs):
+        if v.dtype == f2:
+            reader = next((n for n in graph.nodes if v in n.inputs), None)
+            what = "a constant the function reads" if v in graph.constants else f"input {k}"
+            raise GradjitError(f"{what} is {v.type_str()}: {hint}",
+                               reader.site if reader is not None else None)
+    for n in graph.nodes:
+        out = next((o for o in n.outputs if o.dtype == f2), None)
+        if out is not None:
+            ins = ", ".join(v.type_str() for v in n.inputs)
+            raise GradjitError(f"op {n.op!r} on ({ins}) gives {out.type_str()} (NumPy's float "
+                               f"math of int8 / uint8 / bool arrays gives float16): {hint}",
+                               n.site)
 
 
 _OPS = Bounded()

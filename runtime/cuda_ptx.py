@@ -71,8 +71,8 @@ def ptx_check(graph, cc=(9, 0)):
 
     def shared(kind):
         def launch(a, b, out):   # both the small-tile and the register-blocked kernel
-            t = "f32" if out.dtype == np.float32 else "f64"
-            for name in (f"{kind}_{t}", f"{kind}_big_{t}"):
+            t = {"f4": "f32", "f8": "f64"}.get(out.dtype.str[1:], "int")
+            for name in (f"{kind}_{t}", f"{kind}_big_{t}")[:1 if t == "int" else 2]:
                 log.append((f"cm.{name}", getattr(cuda_device, name),
                             (a.nbtype(), b.nbtype(), out.nbtype())))
         return launch

@@ -194,6 +194,7 @@ class _Transformed:
     def _trace_leaves(self, traced, layout):
         g, tracers, arg_values = trace(traced, name=self.__name__)
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
+        g.loop_regions = self.device != "cuda"   # (CUDA has no scans: loops stay unrolled)
         call_args, call_kwargs = pytree.join_args(layout, tracers)
         return g, Call(call_args, call_kwargs), arg_values
 

@@ -55,7 +55,7 @@ REGION_OPS = ("scan.default", "cond.default", "call.default", "while.default")
 
 
 # -- reference implementations (the interpreter; compiled code must agree) ----------------------
-def _scan_impl(*arrays, body, n_carry, n_x, length, reverse):
+def _scan_impl(*arrays, body, n_carry, n_x, length, reverse, origin="gj.scan"):
     g = body.graph
     carry = [np.asarray(a) for a in arrays[:n_carry]]
     xs, caps = arrays[n_carry:n_carry + n_x], list(arrays[n_carry + n_x:])
@@ -183,7 +183,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
 
 
 def _scan(f, init, xs, length, reverse, what):
-    """``scan``, whose errors name ``what`` (the construct the user called)."""
+    """``scan``, whose errors name ``what`` (the construct the user called: gj.scan,
+    gj.fori_loop, gj.while_loop); it stays in the node's attrs as ``origin``, so a target
+    refusing the region names what the user wrote."""
     x_leaves, x_tree = pytree.flatten(xs)
     lengths = {int(np.shape(x)[0]) for x in x_leaves if np.ndim(x) >= 1}
     if any(np.ndim(x) == 0 for x in x_leaves):
@@ -214,7 +216,8 @@ def _scan(f, init, xs, length, reverse, what):
     out_c_tree, out_y_tree = tree[1][0], tree[1][1]
     _check_same(what, "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
                 out_c_tree, c_tree)
-    attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse)}
+    attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse),
+             "origin": what}
     types = ([(v.shape, v.dtype) for v in g.inputs[:nc]]
              + [((n,) + v.shape, v.dtype) for v in vals[nc:]]
              + [((n,) + v.shape, v.dtype) for v in g.inputs[:nc]])

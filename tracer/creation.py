@@ -16,6 +16,10 @@ Contract
   (inside ``gj.jit`` / ``gj.grad``) they return a graph constant of the same
   shape and (default) dtype, so traced code can build masks and buffers.
   ``empty`` / ``empty_like`` return zeros (deterministic).
+- ``device=`` (``'cpu'``, ``'cuda'``, ``'cuda:0'`` or a ``gj.device``-like object, as
+  ``gj.tensor`` takes it): the result is made on the host and copied to the GPU once. The
+  ``*_like`` functions default to ``input``'s device (torch); on a tracer the transform's
+  device decides, and ``device=`` is only checked.
 - Randomness: ``Generator(seed)`` wraps ``np.random.default_rng``;
   ``manual_seed(seed)`` reseeds the default generator (and returns it);
   ``rand`` / ``randn`` / ``randint`` (and ``*_like``) draw from ``generator=``
@@ -28,6 +32,8 @@ import numbers
 
 import numpy as np
 
+from gradjit.tracer.device import canonical, is_device_array
+from gradjit.tracer.hooks import HOOKS
 from gradjit.tracer.methods_creation import size_tuple
 from gradjit.tracer.registry import real_only
 from gradjit.tracer.rng_guard import check_draw
@@ -36,8 +42,12 @@ from gradjit.tracer.tensor import Tensor
 _DEFAULT_FLOAT = np.dtype(np.float64)
 
 
-def _leaf(array, requires_grad=False):
-    return Tensor(np.asarray(array), requires_grad=requires_grad)
+def _leaf(array, requires_grad=False, device=None):
+    array = np.asarray(array)
+    if canonical(device) == "cuda":
+        HOOKS.cuda.require("a creation function's device='cuda'")
+        array = HOOKS.cuda.to_device(array)
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def _float_dtype(dtype):
@@ -50,18 +60,21 @@ def _scalar(x):
 
 
 # -- conversion -------------------------------------------------------------------------------
-def as_tensor(data, dtype=None):
+def as_tensor(data, dtype=None, device=None):
     """``data`` as a Tensor, sharing memory when it already is one (or a NumPy array) of
-    the requested dtype; lists and scalars are copied (as ``torch.as_tensor``)."""
+    the requested dtype and device; lists and scalars are copied (as ``torch.as_tensor``)."""
     if isinstance(data, Tensor):
-        return data if dtype is None or np.dtype(dtype) == data.dtype else data.to(dtype)
+        out = data if dtype is None or np.dtype(dtype) == data.dtype else data.to(dtype)
+        return out if device is None else out.to(device)
+    if is_device_array(data):
+        return as_tensor(Tensor(data), dtype, device)
     data = np.asarray(data, dtype=dtype)
     real_only(data.dtype, "gj.as_tensor's data")
-    return Tensor(data)
+    return _leaf(data, False, device) if device is not None else Tensor(data)
 
 
 # -- filled ---------------------------------------------------------------------------------------
-def full(size, fill_value, *, dtype=None, requires_grad=False):
+def full(size, fill_value, *, dtype=None, requires_grad=False, device=None):
     fill_value = _scalar(fill_value)
     if dtype is None:
         if isinstance(fill_value, bool):
@@ -72,28 +85,28 @@ def full(size, fill_value, *, dtype=None, requires_grad=False):
             dtype = np.complex128
         else:
             dtype = _DEFAULT_FLOAT
-    return _leaf(np.full(size_tuple((size,), "full"), fill_value, dtype), requires_grad)
+    return _leaf(np.full(size_tuple((size,), "full"), fill_value, dtype), requires_grad, device)
 
 
-def zeros(*size, dtype=None, requires_grad=False):
-    return _leaf(np.zeros(size_tuple(size, "zeros"), _float_dtype(dtype)), requires_grad)
+def zeros(*size, dtype=None, requires_grad=False, device=None):
+    return _leaf(np.zeros(size_tuple(size, "zeros"), _float_dtype(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, requires_grad=False):
-    return _leaf(np.ones(size_tuple(size, "ones"), _float_dtype(dtype)), requires_grad)
+def ones(*size, dtype=None, requires_grad=False, device=None):
+    return _leaf(np.ones(size_tuple(size, "ones"), _float_dtype(dtype)), requires_grad, device)
 
 
-def empty(*size, dtype=None, requires_grad=False):
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+def empty(*size, dtype=None, requires_grad=False, device=None):
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def eye(n, m=None, *, dtype=None, requires_grad=False):
+def eye(n, m=None, *, dtype=None, requires_grad=False, device=None):
     return _leaf(np.eye(int(n), None if m is None else int(m), dtype=_float_dtype(dtype)),
-                 requires_grad)
+                 requires_grad, device)
 
 
 # -- ranges ---------------------------------------------------------------------------------------
-def arange(start, end=None, step=1, *, dtype=None, requires_grad=False):
+def arange(start, end=None, step=1, *, dtype=None, requires_grad=False, device=None):
     """``arange(end)`` or ``arange(start, end, step)``: int64 when every argument is an
     integer, else the default float dtype (torch)."""
     start, end, step = (_scalar(v) for v in (start, end, step))
@@ -107,34 +120,39 @@ def arange(start, end=None, step=1, *, dtype=None, requires_grad=False):
     dtype = np.dtype(dtype)
     n = max(int(np.ceil((end - start) / step)), 0)
     return _leaf((start + step * np.arange(n, dtype=np.float64 if dtype.kind == "f" else np.int64)
-                  ).astype(dtype), requires_grad)
+                  ).astype(dtype), requires_grad, device)
 
 
-def linspace(start, end, steps, *, dtype=None, requires_grad=False):
+def linspace(start, end, steps, *, dtype=None, requires_grad=False, device=None):
     steps = int(steps)
     if steps < 0:
         raise RuntimeError("linspace: number of steps must be non-negative")
     return _leaf(np.linspace(_scalar(start), _scalar(end), steps).astype(_float_dtype(dtype)),
-                 requires_grad)
+                 requires_grad, device)
 
 
-def logspace(start, end, steps, base=10.0, *, dtype=None, requires_grad=False):
+def logspace(start, end, steps, base=10.0, *, dtype=None, requires_grad=False, device=None):
     steps = int(steps)
     if steps < 0:
         raise RuntimeError("logspace: number of steps must be non-negative")
     return _leaf(np.logspace(_scalar(start), _scalar(end), steps, base=base)
-                 .astype(_float_dtype(dtype)), requires_grad)
+                 .astype(_float_dtype(dtype)), requires_grad, device)
 
 
 # -- *_like -----------------------------------------------------------------------------------------
-def _like(input, array, requires_grad):
-    """``array`` in ``input``'s front end: a graph constant for a tracer, else a leaf."""
+def _like(input, array, requires_grad, device=None):
+    """``array`` in ``input``'s front end: a graph constant for a tracer, else a leaf, on
+    ``device`` (default: a Tensor's own, as torch's; else the host)."""
+    if device is not None:
+        canonical(device)   # (a bad name raises, traced or not)
     if hasattr(input, "_apply") and not isinstance(input, Tensor):
         if requires_grad:
             raise RuntimeError("requires_grad=True is not supported on a traced array "
                                "(gj.jit / gj.grad decide what is differentiated)")
         return input._const(array)
-    return _leaf(array, requires_grad)
+    if device is None:
+        device = "cuda" if is_device_array(getattr(input, "_data", None)) else "cpu"
+    return _leaf(array, requires_grad, device)
 
 
 def _shape_dtype(input, dtype):
@@ -143,21 +161,21 @@ def _shape_dtype(input, dtype):
     return tuple(input.shape), (np.dtype(input.dtype) if dtype is None else np.dtype(dtype))
 
 
-def full_like(input, fill_value, *, dtype=None, requires_grad=False):
+def full_like(input, fill_value, *, dtype=None, requires_grad=False, device=None):
     shape, dt = _shape_dtype(input, dtype)
-    return _like(input, np.full(shape, _scalar(fill_value), dt), requires_grad)
+    return _like(input, np.full(shape, _scalar(fill_value), dt), requires_grad, device)
 
 
-def zeros_like(input, *, dtype=None, requires_grad=False):
-    return full_like(input, 0, dtype=dtype, requires_grad=requires_grad)
+def zeros_like(input, *, dtype=None, requires_grad=False, device=None):
+    return full_like(input, 0, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def ones_like(input, *, dtype=None, requires_grad=False):
-    return full_like(input, 1, dtype=dtype, requires_grad=requires_grad)
+def ones_like(input, *, dtype=None, requires_grad=False, device=None):
+    return full_like(input, 1, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def empty_like(input, *, dtype=None, requires_grad=False):
-    return zeros_like(input, dtype=dtype, requires_grad=requires_grad)
+def empty_like(input, *, dtype=None, requires_grad=False, device=None):
+    return zeros_like(input, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
 # -- random -----------------------------------------------------------------------------------------
@@ -198,27 +216,28 @@ def _rng(generator):
     return (default_generator if generator is None else generator).rng
 
 
-def _float_draw(kind, size, generator, dtype, requires_grad):
+def _float_draw(kind, size, generator, dtype, requires_grad, device):
     dt = _float_dtype(dtype)
     if dt.kind != "f":
         raise TypeError(f"{kind}: dtype must be a floating point dtype, got {dt.name}")
     check_draw(f"gj.{kind}")
     rng = _rng(generator)
     a = rng.random(size) if kind == "rand" else rng.standard_normal(size)
-    return _leaf(np.asarray(a).astype(dt), requires_grad)
+    return _leaf(np.asarray(a).astype(dt), requires_grad, device)
 
 
-def rand(*size, generator=None, dtype=None, requires_grad=False):
+def rand(*size, generator=None, dtype=None, requires_grad=False, device=None):
     """Uniform on [0, 1)."""
-    return _float_draw("rand", size_tuple(size, "rand"), generator, dtype, requires_grad)
+    return _float_draw("rand", size_tuple(size, "rand"), generator, dtype, requires_grad, device)
 
 
-def randn(*size, generator=None, dtype=None, requires_grad=False):
+def randn(*size, generator=None, dtype=None, requires_grad=False, device=None):
     """Standard normal."""
-    return _float_draw("randn", size_tuple(size, "randn"), generator, dtype, requires_grad)
+    return _float_draw("randn", size_tuple(size, "randn"), generator, dtype, requires_grad,
+                       device)
 
 
-def randint(*args, size=None, generator=None, dtype=None, requires_grad=False):
+def randint(*args, size=None, generator=None, dtype=None, requires_grad=False, device=None):
     """``randint(high, size)`` or ``randint(low, high, size)``: integers in [low, high)."""
     args = list(args)
     if size is None:
@@ -236,18 +255,18 @@ def randint(*args, size=None, generator=None, dtype=None, requires_grad=False):
         raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
     check_draw("gj.randint")
     a = _rng(generator).integers(low, high, size_tuple((size,), "randint"))
-    return _leaf(a.astype(np.int64 if dtype is None else dtype), requires_grad)
+    return _leaf(a.astype(np.int64 if dtype is None else dtype), requires_grad, device)
 
 
-def rand_like(input, *, generator=None, dtype=None, requires_grad=False):
+def rand_like(input, *, generator=None, dtype=None, requires_grad=False, device=None):
     shape, dt = _shape_dtype(input, dtype)
-    return _like(input, _rng(generator).random(shape).astype(dt), requires_grad)
+    return _like(input, _rng(generator).random(shape).astype(dt), requires_grad, device)
 
 
-def randn_like(input, *, generator=None, dtype=None, requires_grad=False):
+def randn_like(input, *, generator=None, dtype=None, requires_grad=False, device=None):
     shape, dt = _shape_dtype(input, dtype)
     return _like(input, np.asarray(_rng(generator).standard_normal(shape)).astype(dt),
-                 requires_grad)
+                 requires_grad, device)
 
 
 __all__ = ["as_tensor", "zeros", "ones", "full", "empty", "eye", "arange", "linspace",

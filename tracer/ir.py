@@ -112,6 +112,9 @@ class Graph:
         # while a function transform traces: which tracers are NumPy views of which
         # (tracer/tracer_setitem.py); None otherwise
         self.view_tree = None
+        # False for a graph the CUDA target compiles: it has no region nodes, so
+        # lowering/fold_loops.py leaves the loops a trace unrolled as they are
+        self.loop_regions = True
 
     def _new_value(self, shape, dtype, node=None, index=0):
         v = Value(self, self._next_id, shape, dtype, node, index)

@@ -163,6 +163,19 @@ def stack(tensors, dim=0):
     return cat([t.unsqueeze(d) for t in ts], d)
 
 
+def _same_device(x, index, op):
+    """torch's index_select / gather take the index on the tensor's device (indexing,
+    ``x[idx]``, moves a CPU index along, as torch's): the index's values are read on the
+    host here, so a mismatch would otherwise pass unseen."""
+    on = getattr(x, "is_cuda", False)
+    if _is_obj(index) and len(index.shape) and getattr(index, "is_cuda", on) != on:
+        devs = "cuda:0 and cpu" if on else "cpu and cuda:0"
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least "
+                           f"two devices, {devs}! (op {op}: the index of shape "
+                           f"{tuple(index.shape)} is on {'cuda:0' if not on else 'cpu'}, the "
+                           f"tensor of shape {tuple(x.shape)} on {'cuda:0' if on else 'cpu'})")
+
+
 class IndexMethods:
     __slots__ = ()
 
@@ -184,6 +197,7 @@ class IndexMethods:
 
     def index_select(self, dim, index):
         d = norm_dim(int(dim), self.ndim, "index_select")
+        _same_device(self, index, "index_select")
         c = _concrete(index)
         if c is not None:
             if c.dtype.kind not in "iu":
@@ -198,6 +212,7 @@ class IndexMethods:
 
     def gather(self, dim, index):
         d = norm_dim(int(dim), self.ndim, "gather")
+        _same_device(self, index, "gather")
         c = _concrete(index)
         if c is not None:
             index = _check_bounds(c, self.shape[d] if self.ndim else 1, d, self.shape)

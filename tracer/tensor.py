@@ -233,9 +233,14 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
         HOOKS.backward(self, gradient, retain_graph, create_graph, inputs)
 
     # -- ops ------------------------------------------------------------------------------
-    @classmethod
-    def _const(cls, array):
-        return cls(np.asarray(array))
+    def _const(self, array):
+        """An array gradjit makes beside this tensor (an index, a mask, a fill), on its
+        device: copied to the GPU once beside a CUDA tensor (a CPU array there is refused)."""
+        a = np.asarray(array)
+        d = self._data   # (None: a deferred op's value, always on the CPU)
+        if d is not None and d.__class__ is not np.ndarray and is_device_array(d):
+            return type(self)(HOOKS.cuda.to_device(np.ascontiguousarray(a)))
+        return type(self)(a)
 
     @classmethod
     def _apply(cls, op_name, inputs, attrs):

@@ -6,9 +6,12 @@ Contract
   tracer/ never imports runtime/).
 - ``device_apply(op, ts, attrs)``: an op whose tensor inputs include a CUDA
   tensor runs on the device through the compiled pipeline (``run_op``); 0-d
-  CPU tensors and Python scalars are moved along (as torch allows), any
-  other CPU array raises torch's "Expected all tensors to be on the same
-  device" error. Returns (output arrays, output types) or None for CPU ops.
+  CPU tensors and Python scalars are moved along (as torch allows), and so are
+  the inputs numbered in ``made`` (arrays that were no tensor: gradjit's own
+  index arrays and constants); any other CPU tensor raises torch's "Expected
+  all tensors to be on the same device" error. Returns (output arrays, output
+  types) or None for CPU ops. ``Tensor._const`` beside a CUDA tensor makes its
+  constant on the device.
 - Moving data between devices is a copy, and differentiable: the result's
   ``grad_fn`` (``ToCopyBackward0``) holds a ``boundary`` leaf standing for it
   on the new device. Each device's history compiles on its own (one graph
@@ -56,15 +59,15 @@ class _Spec:
         self.ndim, self.size = len(self.shape), int(np.prod(self.shape)) if self.shape else 1
 
 
-def device_apply(cls, op, op_name, ts, attrs):
+def device_apply(cls, op, op_name, ts, attrs, made=()):
     arrays = [t.data for t in ts]
     if not any(is_device_array(a) for a in arrays):
         return None
     cuda = HOOKS.cuda
     moved = []
-    for a in arrays:
+    for k, a in enumerate(arrays):
         if not is_device_array(a):
-            if np.ndim(a):
+            if np.ndim(a) and k not in made:
                 raise RuntimeError(f"Expected all tensors to be on the same device, but found at "
                                    f"least two devices, cuda:0 and cpu! (op {op_name}: a CPU "
                                    f"array of shape {tuple(np.shape(a))} beside CUDA tensors)")

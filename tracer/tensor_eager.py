@@ -106,7 +106,10 @@ def compute(op_name, inputs, attrs):
     op = get_op(op_name)
     attrs = bind_attrs(op, attrs)
     ts = [x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in inputs]
-    on_device = device_apply(Tensor, op, op_name, ts, attrs)
+    # (arrays that are not tensors: gradjit's own constants, an index array; beside a CUDA
+    # tensor they are copied to the device, where a CPU tensor is torch's device error)
+    made = [k for k, x in enumerate(inputs) if not isinstance(x, Tensor)]
+    on_device = device_apply(Tensor, op, op_name, ts, attrs, made)
     if on_device is not None:
         return (op, attrs, ts, False) + tuple(on_device)
     arrays = [t.data for t in ts]

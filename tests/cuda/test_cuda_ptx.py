@@ -151,3 +151,16 @@ def test_target_loads_where_numpy_lacks_row_stack():
         "print('ptx', len(ptx))"])
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "ptx" in r.stdout, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int8, np.uint64, np.bool_])
+def test_integer_matmul_kernels_compile_to_ptx(dtype):
+    """Integer and bool products take the int64-accumulating kernels (cm.mm_int / bmm_int)."""
+    from gradjit.lowering.passes import optimize
+    from gradjit.runtime.cuda_ptx import ptx_check
+    f = gj.jit(lambda a, b: (a @ a, np.matmul(b, b)))
+    g, call_args, arg_values = f._trace((np.ones((3, 3), dtype), np.ones((2, 3, 3), dtype)))
+    f._trace_body(g, call_args, arg_values)
+    done = ptx_check(optimize(g))
+    assert {name for name, _, _ in done} == {"cm.mm_int", "cm.bmm_int"}
+    assert all(size > 100 for _, _, size in done)
