@@ -6,6 +6,9 @@ Contract
   come from the parts); tensors or tracers; targets may be arrays.
 - ``reduction`` is 'none' | 'mean' | 'sum' (kl_div also 'batchmean'); the
   legacy ``size_average`` / ``reduce`` flags map to it as in torch.
+- ``mse_loss`` / ``l1_loss`` / ``huber_loss`` take torch 2.13's elementwise ``weight`` (the
+  input's shape): the loss is multiplied by it; 'mean' is sum(w * loss) / sum(w) for mse and
+  l1 but mean(w * loss) for huber, exactly as torch.
 - Class-index targets (integer dtype) pick log-probabilities through a one-hot
   mask ``target == arange(C)`` built with comparisons (traceable: the target
   may be a tracer), so an ``ignore_index`` outside [0, C) needs no bounds
@@ -51,13 +54,33 @@ def _softplus0(z):
     return binop("logaddexp.default", 0.0, z)
 
 
+def _weighted(loss, weight, input, reduction, mean_by_weight, name):
+    """torch 2.13's elementwise ``weight`` (the input's shape): loss * weight, reduced;
+    'mean' divides by sum(weight) for mse / l1 and by the element count for huber."""
+    w = float_operand(weight, input)
+    if tuple(w.shape) != tuple(input.shape):
+        raise ValueError(f"{name}: Weights and input must have the same size (weight "
+                         f"{tuple(w.shape)}, input {tuple(input.shape)})")
+    loss = loss * w
+    if reduction == "mean" and mean_by_weight:
+        return loss.sum() / w.sum()
+    return _reduce(loss, reduction)
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     d = input - float_operand(target, input)
-    return _reduce(d * d, _reduction(size_average, reduce, reduction))
+    reduction = _reduction(size_average, reduce, reduction)
+    if weight is not None:
+        return _weighted(d * d, weight, input, reduction, True, "mse_loss")
+    return _reduce(d * d, reduction)
 
 
-def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    return _reduce((input - float_operand(target, input)).abs(), _reduction(size_average, reduce, reduction))
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    loss = (input - float_operand(target, input)).abs()
+    reduction = _reduction(size_average, reduce, reduction)
+    if weight is not None:
+        return _weighted(loss, weight, input, reduction, True, "l1_loss")
+    return _reduce(loss, reduction)
 
 
 def _huber(input, target, delta, scale_by_delta):
@@ -78,7 +101,10 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
-    return _reduce(_huber(input, target, float(delta), True), reduction)
+    loss = _huber(input, target, float(delta), True)
+    if weight is not None:
+        return _weighted(loss, weight, input, reduction, False, "huber_loss")
+    return _reduce(loss, reduction)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,

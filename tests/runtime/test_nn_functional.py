@@ -121,6 +121,15 @@ CASES = [
      [_away(3, 4), np.zeros((3, 4))]),
     ("huber_loss", lambda x, y: F.huber_loss(x, y, delta=0.8, reduction="none"),
      lambda x, y: _huber(x - y, 0.8, True), [_away(3, 4), np.zeros((3, 4))]),
+    # torch 2.13's elementwise weight: mse / l1 'mean' divide by sum(w), huber's by the count
+    ("mse_loss_w", lambda x, y, w: F.mse_loss(x, y, weight=w),
+     lambda x, y, w: (w * (x - y) ** 2).sum() / w.sum(), [_n(3, 4), _n(3, 4), _pos(3, 4)]),
+    ("l1_loss_w", lambda x, y, w: F.l1_loss(x, y, weight=w),
+     lambda x, y, w: (w * np.abs(x - y)).sum() / w.sum(), [_away(3, 4), np.zeros((3, 4)), _pos(3, 4)]),
+    ("huber_loss_w", lambda x, y, w: F.huber_loss(x, y, delta=0.8, weight=w),
+     lambda x, y, w: (w * _huber(x - y, 0.8, True)).mean(), [_away(3, 4), np.zeros((3, 4)), _pos(3, 4)]),
+    ("mse_loss_w_sum", lambda x, y, w: F.mse_loss(x, y, reduction="sum", weight=w),
+     lambda x, y, w: (w * (x - y) ** 2).sum(), [_n(3), _n(3), _pos(3)]),
     ("binary_cross_entropy", lambda x, y, w: F.binary_cross_entropy(x, y, weight=w),
      lambda x, y, w: (-(y * np.log(x) + (1 - y) * np.log(1 - x)) * w).mean(), [_prob(3, 4), _prob(3, 4), _pos(4)]),
     ("bce_with_logits", lambda x, y, p: F.binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction="sum"),
@@ -246,6 +255,8 @@ def test_errors():
         F.mse_loss(gj.tensor(np.ones(2)), np.ones(2), reduction="avg")
     with pytest.raises(ValueError, match="even"):
         F.glu(gj.tensor(np.ones(3)))
+    with pytest.raises(ValueError, match="same size"):
+        F.mse_loss(gj.tensor(np.ones(2)), np.ones(2), weight=np.ones(1))
     with pytest.raises(ValueError, match="approximate"):
         F.gelu(gj.tensor(np.ones(3)), approximate="fast")
     with pytest.raises(ValueError, match="dropout probability"):
@@ -316,6 +327,10 @@ def _torch_fn(name, tf, torch):
         "l1_loss": lambda x, y: tf.l1_loss(x, y, reduction="sum"),
         "smooth_l1_loss": lambda x, y: tf.smooth_l1_loss(x, y, beta=0.8),
         "huber_loss": lambda x, y: tf.huber_loss(x, y, delta=0.8, reduction="none"),
+        "mse_loss_w": lambda x, y, v: tf.mse_loss(x, y, weight=v),
+        "l1_loss_w": lambda x, y, v: tf.l1_loss(x, y, weight=v),
+        "huber_loss_w": lambda x, y, v: tf.huber_loss(x, y, delta=0.8, weight=v),
+        "mse_loss_w_sum": lambda x, y, v: tf.mse_loss(x, y, reduction="sum", weight=v),
         "binary_cross_entropy": lambda x, y, v: tf.binary_cross_entropy(x, y, weight=v),
         "bce_with_logits": lambda x, y, p: tf.binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction="sum"),
         "bce_with_logits_plain": tf.binary_cross_entropy_with_logits,
