@@ -139,7 +139,7 @@ def _weight_view(weight, input):
 
 
 def _pick(logp, target, weight, ignore_index):
-    """(-w[t] * logp[t], w[t]) per sample, zero where target == ignore_index."""
+    """(-w[t] * logp[t], w[t], valid) per sample, zero where target == ignore_index."""
     t = float_operand(target, logp)
     if np.dtype(t.dtype).kind not in "iu":
         raise TypeError(f"nll_loss: expected an integer class-index target, got {np.dtype(t.dtype).name}")
@@ -149,17 +149,28 @@ def _pick(logp, target, weight, ignore_index):
     onehot = (t.unsqueeze(cd) == float_operand(classes, t)).to(logp.dtype)
     if weight is not None:
         onehot = onehot * _weight_view(weight, logp)
-    w_t = onehot.sum(cd) * (t != ignore_index).to(logp.dtype)
+    valid = (t != ignore_index).to(logp.dtype)
+    w_t = onehot.sum(cd) * valid
     picked = (logp * onehot).sum(cd)
-    return -picked * (t != ignore_index).to(logp.dtype), w_t
+    return -picked * valid, w_t, valid
+
+
+def _weighted_mean(total, w_t, valid):
+    """total / sum(w_t), torch's 'mean' over the kept samples. Every sample ignored: the
+    value is NaN (0 / 0) as torch's, but the gradient is zero as torch's (the quotient with a
+    denominator of 1 carries it; the NaN is added as a constant), not 0 * inf = NaN."""
+    from gradjit.tracer.api import where
+    none_kept = valid.sum() == 0
+    nan_if_none = where(none_kept, float("nan"), 0.0).to(total.dtype)   # (two scalars: float64)
+    return total / where(none_kept, 1.0, w_t.sum()) + nan_if_none
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     reduction = _reduction(size_average, reduce, reduction)
-    loss, w_t = _pick(input, target, weight, ignore_index)
+    loss, w_t, valid = _pick(input, target, weight, ignore_index)
     if reduction == "mean":
-        return loss.sum() / w_t.sum()
+        return _weighted_mean(loss.sum(), w_t, valid)
     return _reduce(loss, reduction)
 
 
@@ -187,7 +198,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     wl = logp * _weight_view(weight, input) if weight is not None else logp
     smooth = -wl.sum(cd) * (t != ignore_index).to(logp.dtype)
     if reduction == "mean":
-        smooth = smooth.sum() / _pick(logp, t, weight, ignore_index)[1].sum()
+        _, w_t, valid = _pick(logp, t, weight, ignore_index)
+        smooth = _weighted_mean(smooth.sum(), w_t, valid)
     else:
         smooth = _reduce(smooth, reduction)
     return nll * (1.0 - eps) + smooth * (eps / c)

@@ -385,3 +385,25 @@ def test_cdist_of_a_set_with_itself_has_torchs_gradient():
     F.cdist(x, x).sum().backward()
     d = np.array([-2.0, 0.5]) / np.hypot(2.0, 0.5)
     np.testing.assert_allclose(x.grad.data, [2 * d, -2 * d])
+
+
+def test_mean_over_all_ignored_targets_is_nan_with_zero_gradient(executor):
+    # loss.sum() / w_t.sum() was 0 / 0: the gradient 0 * inf = NaN (torch: zeros, value NaN)
+    x = _n(3, 4)
+    t = np.full(3, -100)
+
+    def f(x):
+        return (F.cross_entropy(x, t) + F.cross_entropy(x, t, weight=W_CLS, label_smoothing=0.1)
+                + F.nll_loss(x, t))
+    val, g = gj.value_and_grad(f)(x)
+    assert np.isnan(val)
+    np.testing.assert_array_equal(g, np.zeros((3, 4)))
+    xt = gj.tensor(x, requires_grad=True)
+    out = f(xt)
+    out.backward()
+    assert np.isnan(out.data)
+    np.testing.assert_array_equal(xt.grad.data, np.zeros((3, 4)))
+    # some targets kept: the mean over them, as before
+    t2 = np.array([1, -100, 3])
+    g2 = gj.grad(lambda x: F.cross_entropy(x, t2))(x)
+    np.testing.assert_allclose(g2, numerical_grad(lambda x: _ce_idx(x, t2), [x], 0), rtol=1e-6, atol=1e-8)
