@@ -17,13 +17,16 @@ Contract
   label smoothing mixes in ``-sum_c w_c log p_c / C`` exactly as torch does.
 - Stable forms: ``binary_cross_entropy_with_logits`` and ``soft_margin_loss``
   use ``logaddexp(0, z)`` for ``log(1 + exp(z))``; ``binary_cross_entropy``
-  clamps its logs at -100 like torch.
+  clamps its logs at -100 like torch, through its own op (``_binary_cross_entropy``,
+  tracer/ops_math.py) so that its gradient is torch's ``(p - t) / max(p (1 - p), 1e-12)``:
+  finite at p = 0 or 1, where the clamped logs' chain gives 0 * inf = NaN. (The one op
+  in these composites; its gradient in the target is the clamped value's, finite there.)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from gradjit.tracer.dispatch import float_operand
+from gradjit.tracer.dispatch import apply, float_operand
 from gradjit.tracer.methods_math import binop
 
 
@@ -110,7 +113,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     t = float_operand(target, input)
-    loss = -(t * input.log().clamp_min(-100.0) + (1.0 - t) * (1.0 - input).log().clamp_min(-100.0))
+    loss = apply("_binary_cross_entropy.default", [input, t], {})   # (torch's gradient at 0, 1)
     if weight is not None:
         loss = loss * float_operand(weight, input)
     return _reduce(loss, _reduction(size_average, reduce, reduction))

@@ -407,3 +407,25 @@ def test_mean_over_all_ignored_targets_is_nan_with_zero_gradient(executor):
     t2 = np.array([1, -100, 3])
     g2 = gj.grad(lambda x: F.cross_entropy(x, t2))(x)
     np.testing.assert_allclose(g2, numerical_grad(lambda x: _ce_idx(x, t2), [x], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_binary_cross_entropy_gradient_at_saturated_probabilities(executor):
+    # p exactly 0 or 1 (a saturated sigmoid): the chain through the clamped logs gave
+    # 0 * inf = NaN; torch's gradient is (p - t) / max(p (1 - p), 1e-12)
+    p = np.array([0.0, 1.0, 0.0, 1.0, 0.3, 0.5])
+    t = np.array([0.0, 1.0, 0.3, 0.6, 0.2, 1.0])
+    expect = (p - t) / np.maximum(p * (1 - p), 1e-12)
+    g = gj.grad(lambda p: F.binary_cross_entropy(p, t, reduction="sum"))(p)
+    np.testing.assert_allclose(g, expect, rtol=1e-12)
+    pt = gj.tensor(p, requires_grad=True)
+    F.binary_cross_entropy(pt, t, reduction="sum").backward()
+    np.testing.assert_allclose(pt.grad.data, expect, rtol=1e-12)
+    # the value keeps its logs clamped at -100; the target's gradient is the value's slope
+    out = F.binary_cross_entropy(gj.tensor(p), t, reduction="none").data
+    np.testing.assert_allclose(out[:4], [0.0, 0.0, 30.0, 40.0], atol=1e-12)
+    gt = gj.grad(lambda t: F.binary_cross_entropy(p, t, reduction="sum"))(t)
+    np.testing.assert_allclose(gt[:4], [100.0, -100.0, 100.0, -100.0])
+    # second order, inside (0, 1): d2/dp2 = (p^2 - 2 p t + t) / (p (1 - p))^2
+    q, z = np.array([0.2, 0.7, 0.5]), np.array([0.1, 0.9, 1.0])
+    h = gj.grad(lambda q: gj.grad(lambda q: F.binary_cross_entropy(q, z, reduction="sum"))(q).sum())(q)
+    np.testing.assert_allclose(h, (q * q - 2 * q * z + z) / (q * (1 - q)) ** 2, rtol=1e-10)
