@@ -429,3 +429,35 @@ def test_binary_cross_entropy_gradient_at_saturated_probabilities(executor):
     q, z = np.array([0.2, 0.7, 0.5]), np.array([0.1, 0.9, 1.0])
     h = gj.grad(lambda q: gj.grad(lambda q: F.binary_cross_entropy(q, z, reduction="sum"))(q).sum())(q)
     np.testing.assert_allclose(h, (q * q - 2 * q * z + z) / (q * (1 - q)) ** 2, rtol=1e-10)
+
+
+def test_class_index_target_out_of_bounds_raises(executor):
+    # a target outside [0, C) that is not ignore_index was dropped from the loss (torch raises)
+    x = _n(3, 5)
+    for bad, shown in ((np.array([0, 7, 1]), 7), (np.array([0, -1, 1]), -1)):
+        for f in (lambda x, t: F.cross_entropy(x, t), lambda x, t: F.nll_loss(x, t, weight=np.ones(5)),
+                  lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1)):
+            with pytest.raises(IndexError, match=f"Target {shown} is out of bounds"):
+                f(gj.tensor(x), gj.tensor(bad))            # known values: torch's words
+            with pytest.raises(IndexError, match=f"Target {shown} is out of bounds"):
+                gj.grad(lambda x: f(x, bad))(x)            # a constant of the trace
+            with pytest.raises(IndexError, match="out of bounds"):
+                gj.grad(f)(x, bad)                         # traced: checked when it runs
+    ok = np.array([0, -100, 4])                            # ignore_index is not out of bounds
+    np.testing.assert_allclose(gj.grad(F.cross_entropy)(x, ok),
+                               numerical_grad(lambda x: _ce_idx(x, ok), [x], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_loss_targets_torch_refuses():
+    x = gj.tensor(_n(3, 4))
+    with pytest.raises(RuntimeError, match="integer class-index target"):
+        F.cross_entropy(x, gj.tensor(np.array([0.0, 1.0, 2.0])))   # floats not of x's shape
+    with pytest.raises(RuntimeError, match="integer class-index target"):
+        F.nll_loss(x, np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"target of shape \(2,\)"):
+        F.cross_entropy(x, np.array([0, 1]))
+    p = gj.tensor(_prob(3, 4))
+    with pytest.raises(ValueError, match=r"target size \(4,\) that is different to the input size"):
+        F.binary_cross_entropy(p, _prob(4))
+    with pytest.raises(ValueError, match=r"Target size \(3, 1\) must be the same as input size"):
+        F.binary_cross_entropy_with_logits(p, _prob(3, 1))
