@@ -11,6 +11,13 @@ Contract
   hardshrink / softshrink select with strict comparisons as torch does.
   Known difference: hardswish at exactly x = 3 has gradient 1 (torch: 1.5).
 - Arrays and Python scalars beside a tensor become constants of its front end.
+- ``inplace=True`` (relu, relu6, hardtanh, leaky_relu, elu, celu, selu, silu, mish,
+  hardsigmoid, hardswish, threshold, dropout) writes the result into the input and returns
+  it, as torch: a ``Tensor`` through its in-place machinery (``x.relu_()``'s: the version
+  counter is bumped, a leaf that requires grad refuses under grad mode); a traced array
+  (``gj.grad`` / ``gj.jit``) by assignment ``x[...] = result``, so every name bound to it,
+  and its views, see the new values there too (the caller's own array is not written:
+  traced functions are pure).
 - ``dropout`` draws its mask with NumPy from ``generator`` (an
   ``np.random.Generator``, a ``gj.Generator`` or an int seed) and multiplies by it as a constant,
   so backward uses the same mask. Under ``gj.jit`` / ``gj.grad`` a mask drawn at
@@ -63,33 +70,49 @@ def _stop_gradient(x):
 
 
 # -- activations ---------------------------------------------------------------------------
+def _act(input, inplace, fn, name):
+    """fn(input); with ``inplace=True`` written into ``input`` and ``input`` returned, as
+    torch: a Tensor through its in-place machinery (``Tensor._apply_inplace``: version bump,
+    a leaf that requires grad refuses), a traced array by assignment (``x[...] = y``,
+    tracer/tracer_setitem.py: every name bound to it, and its views, see the new values)."""
+    if not inplace:
+        return fn(input)
+    if hasattr(input, "_apply_inplace"):
+        return input._apply_inplace(fn, f"{name}(inplace=True)")
+    input[...] = fn(input)
+    return input
+
+
 def relu(input, inplace=False):
-    return input.relu()
+    return _act(input, inplace, lambda x: x.relu(), "relu")
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return where(input <= min_val, float(min_val), where(input >= max_val, float(max_val), input))
+    return _act(input, inplace, lambda x: where(x <= min_val, float(min_val),
+                                                where(x >= max_val, float(max_val), x)), "hardtanh")
 
 
 def relu6(input, inplace=False):
-    return hardtanh(input, 0.0, 6.0)
+    return hardtanh(input, 0.0, 6.0, inplace)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return where(input > 0, input, input * float(negative_slope))
+    return _act(input, inplace, lambda x: where(x > 0, x, x * float(negative_slope)), "leaky_relu")
 
 
 def elu(input, alpha=1.0, inplace=False):
-    return where(input > 0, input, input.clamp_max(0.0).expm1() * float(alpha))
+    return _act(input, inplace, lambda x: where(x > 0, x, x.clamp_max(0.0).expm1() * float(alpha)),
+                "elu")
 
 
 def celu(input, alpha=1.0, inplace=False):
     a = float(alpha)
-    return where(input > 0, input, (input.clamp_max(0.0) / a).expm1() * a)
+    return _act(input, inplace, lambda x: where(x > 0, x, (x.clamp_max(0.0) / a).expm1() * a),
+                "celu")
 
 
 def selu(input, inplace=False):
-    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+    return _act(input, inplace, lambda x: elu(x, _SELU_ALPHA) * _SELU_SCALE, "selu")
 
 
 def gelu(input, approximate="none"):
@@ -102,7 +125,7 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    return input * input.sigmoid()
+    return _act(input, inplace, lambda x: x * x.sigmoid(), "silu")
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -112,7 +135,7 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 def mish(input, inplace=False):
-    return input * _softplus0(input).tanh()
+    return _act(input, inplace, lambda x: x * _softplus0(x).tanh(), "mish")
 
 
 def softsign(input):
@@ -130,15 +153,15 @@ def hardshrink(input, lambd=0.5):
 
 
 def hardsigmoid(input, inplace=False):
-    return relu6(input + 3.0) / 6.0
+    return _act(input, inplace, lambda x: relu6(x + 3.0) / 6.0, "hardsigmoid")
 
 
 def hardswish(input, inplace=False):
-    return input * relu6(input + 3.0) / 6.0
+    return _act(input, inplace, lambda x: x * relu6(x + 3.0) / 6.0, "hardswish")
 
 
 def threshold(input, threshold, value, inplace=False):
-    return where(input > threshold, input, float(value))
+    return _act(input, inplace, lambda x: where(x > threshold, x, float(value)), "threshold")
 
 
 def glu(input, dim=-1):
@@ -236,13 +259,13 @@ def dropout(input, p=0.5, training=True, inplace=False, *, generator=None):
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return input * 0.0
+        return _act(input, inplace, lambda x: x * 0.0, "dropout")
     if not isinstance(generator, numbers.Integral):   # a seed is deterministic: no draw to freeze
         check_draw("dropout (training=True)")
     rng = getattr(generator, "rng", generator)        # gj.Generator wraps an np Generator
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     mask = (rng.random(tuple(input.shape)) >= p).astype(input.dtype) / np.asarray(1.0 - p, input.dtype)
-    return input * _const(input, mask.astype(input.dtype))
+    return _act(input, inplace, lambda x: x * _const(x, mask.astype(x.dtype)), "dropout")
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,

@@ -91,6 +91,16 @@ class InplaceMethods:
             self.grad_fn, self._index, self._requires_grad = fn, result._index, True
         return self
 
+    def _apply_inplace(self, fn, name):
+        """``fn(self)`` written into this tensor (``<name>``: torch's in-place variant, and
+        ``F.relu(x, inplace=True)`` ...), computed from a recorded copy of ``self`` when it
+        requires grad (the backward of some of these reads the input, which the write
+        replaces)."""
+        self._check_inplace(name)
+        src = self + np.zeros((), self.dtype) if is_grad_enabled() and self._requires_grad \
+            else self
+        return self._inplace(fn(src))
+
     def _check_inplace(self, name):
         if is_grad_enabled() and self.grad_fn is None and self._requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
@@ -207,14 +217,9 @@ class InplaceMethods:
 
 
 def _unary_inplace(name):
-    """``x.<name>_(...)``: ``x.<name>(...)`` written into ``x`` (torch's in-place variant),
-    computed from a recorded copy of ``x`` when it requires grad (the backward of some of
-    these reads the input, which the write replaces)."""
+    """``x.<name>_(...)``: ``x.<name>(...)`` written into ``x`` (torch's in-place variant)."""
     def method(self, *args, **kwargs):
-        self._check_inplace(f"{name}_")
-        src = self + np.zeros((), self.dtype) if is_grad_enabled() and self._requires_grad \
-            else self
-        return self._inplace(getattr(src, name)(*args, **kwargs))
+        return self._apply_inplace(lambda src: getattr(src, name)(*args, **kwargs), f"{name}_")
     method.__name__ = method.__qualname__ = f"{name}_"
     return method
 

@@ -461,3 +461,47 @@ def test_loss_targets_torch_refuses():
         F.binary_cross_entropy(p, _prob(4))
     with pytest.raises(ValueError, match=r"Target size \(3, 1\) must be the same as input size"):
         F.binary_cross_entropy_with_logits(p, _prob(3, 1))
+
+
+INPLACE = {
+    "relu": (F.relu, lambda x: np.maximum(x, 0)),
+    "relu6": (F.relu6, lambda x: np.clip(x, 0, 6)),
+    "hardtanh": (lambda x, inplace: F.hardtanh(x, -0.5, 1.0, inplace), lambda x: np.clip(x, -0.5, 1.0)),
+    "leaky_relu": (lambda x, inplace: F.leaky_relu(x, 0.2, inplace), lambda x: np.where(x > 0, x, 0.2 * x)),
+    "elu": (lambda x, inplace: F.elu(x, 1.3, inplace), lambda x: np.where(x > 0, x, 1.3 * np.expm1(x))),
+    "celu": (lambda x, inplace: F.celu(x, 0.8, inplace), lambda x: np.where(x > 0, x, 0.8 * np.expm1(x / 0.8))),
+    "selu": (F.selu, lambda x: SELU_S * np.where(x > 0, x, SELU_A * np.expm1(x))),
+    "silu": (F.silu, lambda x: x / (1 + np.exp(-x))),
+    "mish": (F.mish, lambda x: x * np.tanh(_sp(x))),
+    "hardsigmoid": (F.hardsigmoid, lambda x: np.clip(x / 6 + 0.5, 0, 1)),
+    "hardswish": (F.hardswish, lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    "threshold": (lambda x, inplace: F.threshold(x, 0.25, -2.0, inplace), lambda x: np.where(x > .25, x, -2.0)),
+    "dropout": (lambda x, inplace: F.dropout(x, 0.3, generator=7, inplace=inplace), lambda x: x * DROP_MASK),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_activation_inplace_writes_the_input(name, interpreted):
+    # inplace=True was ignored: the input kept its values (torch overwrites it)
+    fn, ref = INPLACE[name]
+    x = _away(3, 4) * 2
+    w = np.random.default_rng(3).standard_normal((3, 4))
+    t = gj.tensor(x.copy())
+    assert fn(t, inplace=True) is t
+    np.testing.assert_allclose(t.data, ref(x), rtol=1e-12, atol=1e-12)
+    # with history: the write is recorded, the gradient reaches the leaf
+    leaf = gj.tensor(x, requires_grad=True)
+    h = leaf * 1.0
+    fn(h, inplace=True)
+    (h * w).sum().backward()
+    expect = numerical_grad(lambda v: ref(v) * w, [x], 0)
+    np.testing.assert_allclose(leaf.grad.data, expect, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        fn(gj.tensor(x, requires_grad=True), inplace=True)
+    # traced: the name is rebound to the result (x[...] = y)
+
+    def f(v):
+        y = v * 1.0
+        fn(y, inplace=True)
+        return (y * w).sum()
+    np.testing.assert_allclose(gj.grad(f)(x), expect, rtol=1e-5, atol=1e-6)
