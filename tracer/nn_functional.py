@@ -38,6 +38,7 @@ import numpy as np
 from gradjit.tracer.api import where
 from gradjit.tracer.dispatch import float_operand, norm_dim
 from gradjit.tracer.methods_math import binop
+from gradjit.tracer.registry import GradjitRuntimeError, user_site
 from gradjit.tracer.rng_guard import check_draw
 
 
@@ -57,6 +58,17 @@ def _const(like, array):
     if a.dtype.kind == "f" and np.dtype(like.dtype).kind == "f":
         a = a.astype(like.dtype, copy=False)
     return float_operand(a, like)
+
+
+def _check_rank(name, what, x, ranks, layout=""):
+    """Refuse ``x`` (``what`` of ``name``) unless its ndim is in ``ranks``: torch's
+    RuntimeError, naming the ranks, the layout and the shape given, at the user's line.
+    ``ranks``: a tuple, or an int k for "at least k-D"."""
+    if x.ndim not in (ranks if isinstance(ranks, tuple) else range(ranks, 64)):
+        want = (" or ".join(f"{r}-D" for r in ranks) if isinstance(ranks, tuple)
+                else f"at least {ranks}-D")
+        raise GradjitRuntimeError(f"{name}: expected {what} of {want}{layout}, but got "
+                                  f"{x.ndim}-D of shape {tuple(x.shape)}", user_site(2))
 
 
 def _softplus0(z):
@@ -175,7 +187,15 @@ def glu(input, dim=-1):
 
 def prelu(input, weight):
     weight = float_operand(weight, input)
-    if weight.numel() != 1 and input.ndim >= 2:
+    _check_rank("prelu", "a weight", weight, (0, 1), " (a scalar or one per channel)")
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.numel() not in (1, channels):
+        raise GradjitRuntimeError(f"prelu: Mismatch of parameter numbers and input channel size: "
+                                  f"a weight of shape {tuple(weight.shape)} for an input of "
+                                  f"shape {tuple(input.shape)} ({channels} channels)", user_site())
+    if weight.numel() == 1:
+        weight = weight.reshape(())      # (a (1,) weight keeps a 0-d input 0-d, as torch)
+    elif input.ndim >= 2:
         weight = weight.reshape((weight.shape[0],) + (1,) * (input.ndim - 2))
     return where(input > 0, input, input * weight)
 
@@ -224,6 +244,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 def linear(input, weight, bias=None):
     weight = float_operand(weight, input)
+    _check_rank("linear", "a weight", weight, (1, 2), " (out_features, in_features)")
     out = input @ (weight.t() if weight.ndim == 2 else weight)
     return out if bias is None else out + float_operand(bias, input)
 
