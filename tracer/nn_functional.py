@@ -10,7 +10,12 @@ Contract
   hardsigmoid pass no gradient at their bounds; leaky_relu / threshold /
   hardshrink / softshrink select with strict comparisons as torch does.
   Known difference: hardswish at exactly x = 3 has gradient 1 (torch: 1.5).
-- Arrays and Python scalars beside a tensor become constants of its front end.
+- Arrays and Python scalars beside a tensor become constants of its front end; that holds
+  for the first argument (``input``) too. Where no argument is a tensor or a traced array
+  (plain NumPy arrays outside ``gj.grad`` / ``gj.jit``), every function raises
+  ``NotATensorError`` (a TypeError) naming itself and saying to pass ``gj.tensor(x)``, as
+  torch.nn.functional needs tensors (``torch_front``, applied to every public function of
+  the nn_* modules).
 - ``inplace=True`` (relu, relu6, hardtanh, leaky_relu, elu, celu, selu, silu, mish,
   hardsigmoid, hardswish, threshold, dropout) writes the result into the input and returns
   it, as torch: a ``Tensor`` through its in-place machinery (``x.relu_()``'s: the version
@@ -30,15 +35,17 @@ Contract
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 
 import numpy as np
 
 from gradjit.tracer.api import where
-from gradjit.tracer.dispatch import float_operand, norm_dim
+from gradjit.tracer.dispatch import as_operand, float_operand, norm_dim
 from gradjit.tracer.methods_math import binop
-from gradjit.tracer.registry import GradjitRuntimeError, user_site
+from gradjit.tracer.registry import GradjitError, GradjitRuntimeError, user_site
 from gradjit.tracer.rng_guard import check_draw
 
 
@@ -69,6 +76,43 @@ def _check_rank(name, what, x, ranks, layout=""):
                 else f"at least {ranks}-D")
         raise GradjitRuntimeError(f"{name}: expected {what} of {want}{layout}, but got "
                                   f"{x.ndim}-D of shape {tuple(x.shape)}", user_site(2))
+
+
+class NotATensorError(GradjitError, TypeError):
+    """A ``gj.nn.functional`` function called with no tensor and no traced array."""
+
+
+def _is_array_like_tensor(a):
+    return hasattr(a, "_apply")          # a Tensor or a Tracer (arrays and scalars have none)
+
+
+def torch_front(fn):
+    """``fn`` (a torch.nn.functional-shaped function, first parameter the input) with its
+    input checked: a plain array or scalar becomes a constant of the front end of another
+    argument that is a tensor or tracer, and with none there it raises NotATensorError (the
+    parts would meet ``ndarray.relu``: an internal AttributeError)."""
+    first = next(iter(inspect.signature(fn).parameters))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        x = args[0] if args else kwargs.get(first)
+        if x is None or _is_array_like_tensor(x):
+            return fn(*args, **kwargs)
+        like = next((a for a in (*args[1:], *kwargs.values()) if _is_array_like_tensor(a)), None)
+        if like is None:
+            raise NotATensorError(
+                f"gj.nn.functional.{fn.__name__}: argument {first!r} must be a tensor, not "
+                f"{type(x).__module__}.{type(x).__name__}: pass gj.tensor(x), as torch needs "
+                f"tensors (inside gj.grad / gj.jit: a traced argument)", user_site())
+        x = as_operand(x, like)
+        return fn(x, *args[1:], **kwargs) if args else fn(*args, **{**kwargs, first: x})
+    return wrapper
+
+
+def front_all(namespace, names):
+    """Apply ``torch_front`` to each public function ``names`` of a module's namespace."""
+    for name in names:
+        namespace[name] = torch_front(namespace[name])
 
 
 def _softplus0(z):
@@ -303,3 +347,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         keep = (idx.reshape(-1, 1) != pad).to(weight.dtype)
         rows = rows * keep + _stop_gradient(rows) * (1.0 - keep)
     return rows.reshape(tuple(idx.shape) + (d,))
+
+
+front_all(globals(), __all__)

@@ -34,7 +34,7 @@ import numbers
 
 import numpy as np
 from gradjit.tracer.dispatch import apply, float_operand
-from gradjit.tracer.nn_functional import _check_rank, _const
+from gradjit.tracer.nn_functional import _check_rank, _const, front_all
 from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 __all__ = ["batch_norm", "group_norm", "instance_norm", "cdist", "unfold", "fold", "conv1d",
@@ -426,3 +426,6 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return _separable(input, _linear_matrix(h, oh, ac, scales[0]),
                           _linear_matrix(w, ow, ac, scales[1]))
     raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (nearest, bilinear)")
+
+
+front_all(globals(), __all__)   # (tracer/nn_functional.py: a tensor input, or NotATensorError)

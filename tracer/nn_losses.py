@@ -33,6 +33,7 @@ import numpy as np
 
 from gradjit.tracer.dispatch import apply, float_operand
 from gradjit.tracer.methods_math import binop
+from gradjit.tracer.nn_functional import front_all
 from gradjit.tracer.registry import GradjitError, GradjitRuntimeError, ShapeError, user_site
 
 
@@ -278,3 +279,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce(_softplus0(-float_operand(target, input) * input), _reduction(size_average, reduce, reduction))
+
+
+front_all(globals(), __all__)   # (tracer/nn_functional.py: a tensor input, or NotATensorError)

@@ -505,3 +505,22 @@ def test_activation_inplace_writes_the_input(name, interpreted):
         fn(y, inplace=True)
         return (y * w).sum()
     np.testing.assert_allclose(gj.grad(f)(x), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_arrays_raise_a_clear_type_error_and_softmax_takes_dtype(interpreted):
+    # F.* of plain arrays met ndarray.relu / as_operand's _const: an internal AttributeError
+    x = _n(3, 4)
+    for call in (lambda: F.relu(x), lambda: F.linear(x, _n(2, 4)), lambda: F.cross_entropy(x, T_IDX[:3]),
+                 lambda: F.conv2d(_n(1, 1, 3, 3), _n(1, 1, 2, 2)), lambda: F.mse_loss(input=x, target=x)):
+        with pytest.raises(TypeError, match=r"gj.nn.functional.\w+: argument 'input' must be a tensor, "
+                                            r"not numpy.ndarray: pass gj.tensor\(x\)"):
+            call()
+    # an array beside a tensor (or a traced array) is a constant of its front end, as before
+    w = _n(2, 4)
+    np.testing.assert_allclose(F.linear(x, gj.tensor(w)).data, x @ w.T, rtol=1e-12)
+    np.testing.assert_allclose(gj.grad(lambda w: F.linear(x, w).sum())(w), np.tile(x.sum(0), (2, 1)))
+    # Tensor.softmax / log_softmax take torch's dtype
+    t = gj.tensor(x)
+    assert t.softmax(-1, dtype=gj.float32).dtype == np.float32
+    assert t.log_softmax(1, dtype=gj.float32).dtype == np.float32
+    np.testing.assert_allclose(t.log_softmax(0, dtype=gj.float32).data, _logsm(x, 0), rtol=1e-6)
