@@ -43,3 +43,18 @@ def xlogy_backward_self(grad, self, other):
     # d/dx x*log(y) = log(y); 0 where x == 0 and y <= 0 (torch masks that corner)
     body = grad * other.log()
     return where(self == 0, where(other <= 0, 0, body), body)
+
+
+@helper
+def binary_cross_entropy_backward(grad, self, target):
+    """torch's: grad (p - t) / max(p (1 - p), 1e-12): 0 at p = t = 0 or 1, finite elsewhere
+    at the ends (the clamp), and differentiable again (its derivative is torch's double
+    backward, (p^2 - 2 p t + t) / (p (1 - p))^2, up to where the eps sits)."""
+    return grad * (self - target) / ((1 - self) * self).clamp_min(1e-12)
+
+
+@helper
+def binary_cross_entropy_target_backward(grad, self):
+    """d/dt of the clamped value: max(log1p(-p), -100) - max(log p, -100) (torch: -logit(p),
+    the same but +-inf at p = 0 or 1)."""
+    return grad * ((-self).log1p().clamp_min(-100.0) - self.log().clamp_min(-100.0))

@@ -3,7 +3,7 @@
 Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
-  ``linalg_vector_norm``, ``_std_from_var``) decomposed into the primitive ops the code
+  ``linalg_vector_norm``, ``_std_from_var``, ``_binary_cross_entropy``) decomposed into the primitive ops the code
   generators emit, sums over size-1 dims only made views, duplicate nodes
   merged (CSE), chains of shape-only views that end at their start's shape dropped (a
   keepdim sum viewed as 0-d, then unsqueezed back: the value itself), sums of
@@ -93,6 +93,10 @@ def _unit_sum(x, dim, keepdim=False, dtype=None):
                                              if i not in _dims(dim, x.ndim)))
 
 
+def _bce(p, t):
+    return -(t * p.log().clamp_min(-100.0) + (1 - t) * (-p).log1p().clamp_min(-100.0))
+
+
 def _dims(dim, ndim):
     return {d % ndim for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
 
@@ -113,6 +117,7 @@ DECOMPOSITIONS = {
     "logsumexp.default": _logsumexp,
     "linalg_vector_norm.default": _vector_norm,
     "_std_from_var.default": lambda x: x.sqrt(),   # its gradient differs from sqrt's, not its value
+    "_binary_cross_entropy.default": _bce,          # (likewise)
     "mm.default": _outer,
 }
 # Decompositions that apply only to some nodes (the others keep their node): (node, *ins).

@@ -358,12 +358,14 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
     matmul = __matmul__   # (the module's matmul, which coerces ``other``)
 
     # -- nn ------------------------------------------------------------------------------
-    def softmax(self, dim):
-        return apply("_softmax.default", [self], {"dim": norm_dim(dim, self.ndim), "half_to_float": False})
+    def softmax(self, dim, dtype=None):
+        x = self if dtype is None else self.to(dtype)   # (torch: cast first, then softmax)
+        return apply("_softmax.default", [x], {"dim": norm_dim(dim, x.ndim), "half_to_float": False})
 
-    def log_softmax(self, dim):
-        return apply("_log_softmax.default", [self], {"dim": norm_dim(dim, self.ndim),
-                                                      "half_to_float": False})
+    def log_softmax(self, dim, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        return apply("_log_softmax.default", [x], {"dim": norm_dim(dim, x.ndim),
+                                                   "half_to_float": False})
 
     # -- NumPy protocols (tables in numpy_protocol.py) -------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -10,7 +10,19 @@ Contract
   hardsigmoid pass no gradient at their bounds; leaky_relu / threshold /
   hardshrink / softshrink select with strict comparisons as torch does.
   Known difference: hardswish at exactly x = 3 has gradient 1 (torch: 1.5).
-- Arrays and Python scalars beside a tensor become constants of its front end.
+- Arrays and Python scalars beside a tensor become constants of its front end; that holds
+  for the first argument (``input``) too. Where no argument is a tensor or a traced array
+  (plain NumPy arrays outside ``gj.grad`` / ``gj.jit``), every function raises
+  ``NotATensorError`` (a TypeError) naming itself and saying to pass ``gj.tensor(x)``, as
+  torch.nn.functional needs tensors (``torch_front``, applied to every public function of
+  the nn_* modules).
+- ``inplace=True`` (relu, relu6, hardtanh, leaky_relu, elu, celu, selu, silu, mish,
+  hardsigmoid, hardswish, threshold, dropout) writes the result into the input and returns
+  it, as torch: a ``Tensor`` through its in-place machinery (``x.relu_()``'s: the version
+  counter is bumped, a leaf that requires grad refuses under grad mode); a traced array
+  (``gj.grad`` / ``gj.jit``) by assignment ``x[...] = result``, so every name bound to it,
+  and its views, see the new values there too (the caller's own array is not written:
+  traced functions are pure).
 - ``dropout`` draws its mask with NumPy from ``generator`` (an
   ``np.random.Generator``, a ``gj.Generator`` or an int seed) and multiplies by it as a constant,
   so backward uses the same mask. Under ``gj.jit`` / ``gj.grad`` a mask drawn at
@@ -23,14 +35,17 @@ Contract
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 
 import numpy as np
 
 from gradjit.tracer.api import where
-from gradjit.tracer.dispatch import float_operand, norm_dim
+from gradjit.tracer.dispatch import as_operand, float_operand, norm_dim
 from gradjit.tracer.methods_math import binop
+from gradjit.tracer.registry import GradjitError, GradjitRuntimeError, user_site
 from gradjit.tracer.rng_guard import check_draw
 
 
@@ -52,6 +67,54 @@ def _const(like, array):
     return float_operand(a, like)
 
 
+def _check_rank(name, what, x, ranks, layout=""):
+    """Refuse ``x`` (``what`` of ``name``) unless its ndim is in ``ranks``: torch's
+    RuntimeError, naming the ranks, the layout and the shape given, at the user's line.
+    ``ranks``: a tuple, or an int k for "at least k-D"."""
+    if x.ndim not in (ranks if isinstance(ranks, tuple) else range(ranks, 64)):
+        want = (" or ".join(f"{r}-D" for r in ranks) if isinstance(ranks, tuple)
+                else f"at least {ranks}-D")
+        raise GradjitRuntimeError(f"{name}: expected {what} of {want}{layout}, but got "
+                                  f"{x.ndim}-D of shape {tuple(x.shape)}", user_site(2))
+
+
+class NotATensorError(GradjitError, TypeError):
+    """A ``gj.nn.functional`` function called with no tensor and no traced array."""
+
+
+def _is_array_like_tensor(a):
+    return hasattr(a, "_apply")          # a Tensor or a Tracer (arrays and scalars have none)
+
+
+def torch_front(fn):
+    """``fn`` (a torch.nn.functional-shaped function, first parameter the input) with its
+    input checked: a plain array or scalar becomes a constant of the front end of another
+    argument that is a tensor or tracer, and with none there it raises NotATensorError (the
+    parts would meet ``ndarray.relu``: an internal AttributeError)."""
+    first = next(iter(inspect.signature(fn).parameters))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        x = args[0] if args else kwargs.get(first)
+        if x is None or _is_array_like_tensor(x):
+            return fn(*args, **kwargs)
+        like = next((a for a in (*args[1:], *kwargs.values()) if _is_array_like_tensor(a)), None)
+        if like is None:
+            raise NotATensorError(
+                f"gj.nn.functional.{fn.__name__}: argument {first!r} must be a tensor, not "
+                f"{type(x).__module__}.{type(x).__name__}: pass gj.tensor(x), as torch needs "
+                f"tensors (inside gj.grad / gj.jit: a traced argument)", user_site())
+        x = as_operand(x, like)
+        return fn(x, *args[1:], **kwargs) if args else fn(*args, **{**kwargs, first: x})
+    return wrapper
+
+
+def front_all(namespace, names):
+    """Apply ``torch_front`` to each public function ``names`` of a module's namespace."""
+    for name in names:
+        namespace[name] = torch_front(namespace[name])
+
+
 def _softplus0(z):
     """log(1 + exp(z)), stable for any z (logaddexp(0, z))."""
     return binop("logaddexp.default", 0.0, z)
@@ -63,33 +126,49 @@ def _stop_gradient(x):
 
 
 # -- activations ---------------------------------------------------------------------------
+def _act(input, inplace, fn, name):
+    """fn(input); with ``inplace=True`` written into ``input`` and ``input`` returned, as
+    torch: a Tensor through its in-place machinery (``Tensor._apply_inplace``: version bump,
+    a leaf that requires grad refuses), a traced array by assignment (``x[...] = y``,
+    tracer/tracer_setitem.py: every name bound to it, and its views, see the new values)."""
+    if not inplace:
+        return fn(input)
+    if hasattr(input, "_apply_inplace"):
+        return input._apply_inplace(fn, f"{name}(inplace=True)")
+    input[...] = fn(input)
+    return input
+
+
 def relu(input, inplace=False):
-    return input.relu()
+    return _act(input, inplace, lambda x: x.relu(), "relu")
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return where(input <= min_val, float(min_val), where(input >= max_val, float(max_val), input))
+    return _act(input, inplace, lambda x: where(x <= min_val, float(min_val),
+                                                where(x >= max_val, float(max_val), x)), "hardtanh")
 
 
 def relu6(input, inplace=False):
-    return hardtanh(input, 0.0, 6.0)
+    return hardtanh(input, 0.0, 6.0, inplace)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return where(input > 0, input, input * float(negative_slope))
+    return _act(input, inplace, lambda x: where(x > 0, x, x * float(negative_slope)), "leaky_relu")
 
 
 def elu(input, alpha=1.0, inplace=False):
-    return where(input > 0, input, input.clamp_max(0.0).expm1() * float(alpha))
+    return _act(input, inplace, lambda x: where(x > 0, x, x.clamp_max(0.0).expm1() * float(alpha)),
+                "elu")
 
 
 def celu(input, alpha=1.0, inplace=False):
     a = float(alpha)
-    return where(input > 0, input, (input.clamp_max(0.0) / a).expm1() * a)
+    return _act(input, inplace, lambda x: where(x > 0, x, (x.clamp_max(0.0) / a).expm1() * a),
+                "celu")
 
 
 def selu(input, inplace=False):
-    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+    return _act(input, inplace, lambda x: elu(x, _SELU_ALPHA) * _SELU_SCALE, "selu")
 
 
 def gelu(input, approximate="none"):
@@ -102,7 +181,7 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    return input * input.sigmoid()
+    return _act(input, inplace, lambda x: x * x.sigmoid(), "silu")
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -112,7 +191,7 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 def mish(input, inplace=False):
-    return input * _softplus0(input).tanh()
+    return _act(input, inplace, lambda x: x * _softplus0(x).tanh(), "mish")
 
 
 def softsign(input):
@@ -130,15 +209,15 @@ def hardshrink(input, lambd=0.5):
 
 
 def hardsigmoid(input, inplace=False):
-    return relu6(input + 3.0) / 6.0
+    return _act(input, inplace, lambda x: relu6(x + 3.0) / 6.0, "hardsigmoid")
 
 
 def hardswish(input, inplace=False):
-    return input * relu6(input + 3.0) / 6.0
+    return _act(input, inplace, lambda x: x * relu6(x + 3.0) / 6.0, "hardswish")
 
 
 def threshold(input, threshold, value, inplace=False):
-    return where(input > threshold, input, float(value))
+    return _act(input, inplace, lambda x: where(x > threshold, x, float(value)), "threshold")
 
 
 def glu(input, dim=-1):
@@ -152,7 +231,15 @@ def glu(input, dim=-1):
 
 def prelu(input, weight):
     weight = float_operand(weight, input)
-    if weight.numel() != 1 and input.ndim >= 2:
+    _check_rank("prelu", "a weight", weight, (0, 1), " (a scalar or one per channel)")
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.numel() not in (1, channels):
+        raise GradjitRuntimeError(f"prelu: Mismatch of parameter numbers and input channel size: "
+                                  f"a weight of shape {tuple(weight.shape)} for an input of "
+                                  f"shape {tuple(input.shape)} ({channels} channels)", user_site())
+    if weight.numel() == 1:
+        weight = weight.reshape(())      # (a (1,) weight keeps a 0-d input 0-d, as torch)
+    elif input.ndim >= 2:
         weight = weight.reshape((weight.shape[0],) + (1,) * (input.ndim - 2))
     return where(input > 0, input, input * weight)
 
@@ -201,6 +288,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 def linear(input, weight, bias=None):
     weight = float_operand(weight, input)
+    _check_rank("linear", "a weight", weight, (1, 2), " (out_features, in_features)")
     out = input @ (weight.t() if weight.ndim == 2 else weight)
     return out if bias is None else out + float_operand(bias, input)
 
@@ -236,13 +324,13 @@ def dropout(input, p=0.5, training=True, inplace=False, *, generator=None):
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return input * 0.0
+        return _act(input, inplace, lambda x: x * 0.0, "dropout")
     if not isinstance(generator, numbers.Integral):   # a seed is deterministic: no draw to freeze
         check_draw("dropout (training=True)")
     rng = getattr(generator, "rng", generator)        # gj.Generator wraps an np Generator
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     mask = (rng.random(tuple(input.shape)) >= p).astype(input.dtype) / np.asarray(1.0 - p, input.dtype)
-    return input * _const(input, mask.astype(input.dtype))
+    return _act(input, inplace, lambda x: x * _const(x, mask.astype(x.dtype)), "dropout")
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
@@ -259,3 +347,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         keep = (idx.reshape(-1, 1) != pad).to(weight.dtype)
         rows = rows * keep + _stop_gradient(rows) * (1.0 - keep)
     return rows.reshape(tuple(idx.shape) + (d,))
+
+
+front_all(globals(), __all__)

@@ -19,6 +19,10 @@ Contract
   ``r = (1 - momentum) * r + momentum * stat`` with the unbiased batch variance. Under
   tracing (``gj.grad`` / ``gj.jit``) the statistic is a hidden result of the compiled
   function and the transform updates the caller's array after every call, the same way.
+- Inputs and weights of a rank torch refuses raise as torch (``GradjitRuntimeError``, a
+  RuntimeError; instance_norm's ValueError) naming the function, the ranks expected and the
+  shape given, at the user's line (``_check_rank``, tracer/nn_functional.py), not an
+  internal IndexError or a result for another layout.
 - Not supported (raise ``NotImplementedError``): ``ceil_mode=True``, ``return_indices=True``,
   pooling/conv with more than 2 spatial dims, interpolate modes other than nearest / bilinear
   and ``momentum=None``.
@@ -30,8 +34,8 @@ import numbers
 
 import numpy as np
 from gradjit.tracer.dispatch import apply, float_operand
-from gradjit.tracer.nn_functional import _const
-from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.nn_functional import _check_rank, _const, front_all
+from gradjit.tracer.registry import GradjitError, ShapeError, user_site
 
 __all__ = ["batch_norm", "group_norm", "instance_norm", "cdist", "unfold", "fold", "conv1d",
            "conv2d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
@@ -91,6 +95,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                momentum=0.1, eps=1e-5):
     if momentum is None:
         raise NotImplementedError("batch_norm: momentum=None (cumulative average) is not supported")
+    _check_rank("batch_norm", "an input", input, 2, " (N, C, *)")
     dims = (0,) + tuple(range(2, input.ndim))
     if training:
         out, mean, var = _normalize(input, dims, eps)
@@ -110,6 +115,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-5):
+    if input.ndim < 3:   # (torch: a ValueError, no spatial element to normalise over)
+        raise ShapeError(f"instance_norm: expected an input of at least 3-D (N, C, *spatial), "
+                         f"but got {input.ndim}-D of shape {tuple(input.shape)}", user_site())
     dims = tuple(range(2, input.ndim))
     if use_input_stats:
         out, mean, var = _normalize(input, dims, eps)
@@ -127,6 +135,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    _check_rank("group_norm", "an input", input, 2, " (N, C, *)")
     n, c = input.shape[0], input.shape[1]
     if c % num_groups:
         raise ValueError(f"group_norm: num_channels {c} must be divisible by num_groups {num_groups}")
@@ -218,9 +227,12 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
 
 # -- convolution -----------------------------------------------------------------------------------
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd, name):
+    _check_rank(name, "an input", input, (nd + 1, nd + 2), " (unbatched or batched)")
     batched = input.ndim == nd + 2
     x = input if batched else input.unsqueeze(0)
     weight = float_operand(weight, input)
+    _check_rank(name, "a weight", weight, (nd + 2,), " (out_channels, in_channels / groups, "
+                "*kernel)")
     kernel = tuple(weight.shape[2:])
     stride, dilation = _tup(stride, nd, name), _tup(dilation, nd, name)
     if isinstance(padding, str):
@@ -260,9 +272,12 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
+    _check_rank("conv_transpose2d", "an input", input, (3, 4), " (unbatched or batched)")
     batched = input.ndim == 4
     x = input if batched else input.unsqueeze(0)
     weight = float_operand(weight, input)
+    _check_rank("conv_transpose2d", "a weight", weight, (4,), " (in_channels, out_channels / "
+                "groups, kH, kW)")
     st, pad, opad, dil = [_tup(a, 2, "conv_transpose2d") for a in
                           (stride, padding, output_padding, dilation)]
     n, cin, h, w_ = x.shape
@@ -280,6 +295,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 # -- pooling ---------------------------------------------------------------------------------------
 def _pool_args(x, kernel_size, stride, padding, dilation, nd, name, ceil_mode):
+    _check_rank(name, "an input", x, (nd + 1, nd + 2), " (unbatched or batched)")
     if ceil_mode:
         raise NotImplementedError(f"{name}: ceil_mode=True is not supported")
     kernel = _tup(kernel_size, nd, name)
@@ -357,6 +373,7 @@ def _separable(x, mh, mw):
 
 
 def adaptive_avg_pool2d(input, output_size):
+    _check_rank("adaptive_avg_pool2d", "an input", input, (3, 4), " (unbatched or batched)")
     sizes = (output_size,) * 2 if isinstance(output_size, numbers.Integral) else tuple(output_size)
     oh, ow = [int(s) if s is not None else input.shape[input.ndim - 2 + i] for i, s in enumerate(sizes)]
     h, w = input.shape[-2], input.shape[-1]
@@ -409,3 +426,6 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return _separable(input, _linear_matrix(h, oh, ac, scales[0]),
                           _linear_matrix(w, ow, ac, scales[1]))
     raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (nearest, bilinear)")
+
+
+front_all(globals(), __all__)   # (tracer/nn_functional.py: a tensor input, or NotATensorError)

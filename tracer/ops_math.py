@@ -9,6 +9,10 @@ Contract
 - Binary ops have one Tensor-Tensor overload: the front end turns a Python
   scalar operand into a 0-d constant of the promoted dtype (weak scalar), so a
   scalar on either side reaches the same op.
+- ``_binary_cross_entropy(p, t)`` is torch's elementwise binary cross entropy
+  ``-(t max(log p, -100) + (1 - t) max(log1p(-p), -100))``: a composite (decomposed to
+  those ops for code generation) with torch's gradient ``(p - t) / max(p (1 - p), 1e-12)``,
+  finite at p = 0 or 1, where the chain through the clamped logs meets 0 * inf = NaN.
 - ``square``, ``deg2rad``, ``rad2deg``, ``addcmul``, ``addcdiv``, ``rsub`` with
   a tensor, ``clamp`` with tensor bounds and ``clip`` are composites spelled in
   the front end (``tracer/methods_math.py``) with the ops declared here.
@@ -18,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.tracer.lazy_scipy import special as _special
-from gradjit.tracer.ops import E, broadcast_shapes, elementwise, unary
+from gradjit.tracer.ops import (C, E, _floaty, _in_result_dtype, broadcast_shapes, elementwise,
+                               unary)
 from gradjit.tracer.registry import defop
 
 _POLYGAMMA = _special("polygamma")
@@ -146,3 +151,20 @@ def _lerp_infer(types, attrs):
 
 
 defop("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", E, _lerp_infer, _lerp)
+
+
+# -- binary cross entropy (nn.functional; tracer/nn_losses.py) ------------------------------------
+# Its own op for its gradient, not its value: spelled with clamped logs, the chain at p = 0
+# (or 1) multiplies log's inf by the clamp's zero: NaN where torch gives 0 (or a large finite
+# number for a soft target). derivatives.yaml carries torch's formula.
+def _bce(p, t):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -(t * np.maximum(np.log(p), -100.0) + (1 - t) * np.maximum(np.log1p(-p), -100.0))
+
+
+def _bce_infer(types, attrs):
+    return [(broadcast_shapes("_binary_cross_entropy", types), _floaty(types, attrs))]
+
+
+defop("_binary_cross_entropy(Tensor self, Tensor target) -> Tensor", C, _bce_infer,
+      _in_result_dtype(_bce))

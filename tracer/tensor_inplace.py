@@ -94,6 +94,13 @@ class InplaceMethods:
             self.grad_fn, self._index, self._requires_grad = fn, result._index, True
         return self
 
+    def _apply_inplace(self, fn, name, *others):
+        """``fn(self)`` written into this tensor (``<name>``: torch's in-place variant, and
+        ``F.relu(x, inplace=True)`` ...), computed from ``_original`` (the backward of some
+        of these reads the input, which the write replaces; ``others``: the operands)."""
+        self._check_inplace(name)
+        return self._inplace(fn(self._original(*others)))
+
     def _check_inplace(self, name):
         if is_recording() and self.grad_fn is None and self._requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
@@ -214,9 +221,8 @@ def _inplace_variant(name):
     computed from ``_original`` (the backward of some of these reads the input, which
     the write replaces)."""
     def method(self, *args, **kwargs):
-        self._check_inplace(f"{name}_")
-        src = self._original(*args, *kwargs.values())
-        return self._inplace(getattr(src, name)(*args, **kwargs))
+        return self._apply_inplace(lambda src: getattr(src, name)(*args, **kwargs), f"{name}_",
+                                   *args, *kwargs.values())
     method.__name__ = method.__qualname__ = f"{name}_"
     return method
 

@@ -225,6 +225,8 @@ CASES = {
     "logaddexp2.default": C(lambda a, b: a.logaddexp2(b), U(2, 3), U(3)),
     "xlogy.Tensor": C(lambda a, b: a.xlogy(b), U(2, 3), P(3)),
     "lerp.Tensor": C(lambda a, b, w: a.lerp(b, w), U(2, 3), U(3), UN(2, 1)),
+    "_binary_cross_entropy.default": C(lambda a, t: gj.nn.functional.binary_cross_entropy(
+        a.sigmoid(), t, reduction="none"), U(2, 3), U(2, 3)),
     # more reductions
     "amin.default": C(lambda a: (a.amin(1), a.amin(), a.amin(0, keepdim=True)), U(3, 4)),
     "prod.default": C(lambda a: a.prod(), NZ(2, 3)),

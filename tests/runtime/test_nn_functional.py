@@ -121,6 +121,15 @@ CASES = [
      [_away(3, 4), np.zeros((3, 4))]),
     ("huber_loss", lambda x, y: F.huber_loss(x, y, delta=0.8, reduction="none"),
      lambda x, y: _huber(x - y, 0.8, True), [_away(3, 4), np.zeros((3, 4))]),
+    # torch 2.13's elementwise weight: mse / l1 'mean' divide by sum(w), huber's by the count
+    ("mse_loss_w", lambda x, y, w: F.mse_loss(x, y, weight=w),
+     lambda x, y, w: (w * (x - y) ** 2).sum() / w.sum(), [_n(3, 4), _n(3, 4), _pos(3, 4)]),
+    ("l1_loss_w", lambda x, y, w: F.l1_loss(x, y, weight=w),
+     lambda x, y, w: (w * np.abs(x - y)).sum() / w.sum(), [_away(3, 4), np.zeros((3, 4)), _pos(3, 4)]),
+    ("huber_loss_w", lambda x, y, w: F.huber_loss(x, y, delta=0.8, weight=w),
+     lambda x, y, w: (w * _huber(x - y, 0.8, True)).mean(), [_away(3, 4), np.zeros((3, 4)), _pos(3, 4)]),
+    ("mse_loss_w_sum", lambda x, y, w: F.mse_loss(x, y, reduction="sum", weight=w),
+     lambda x, y, w: (w * (x - y) ** 2).sum(), [_n(3), _n(3), _pos(3)]),
     ("binary_cross_entropy", lambda x, y, w: F.binary_cross_entropy(x, y, weight=w),
      lambda x, y, w: (-(y * np.log(x) + (1 - y) * np.log(1 - x)) * w).mean(), [_prob(3, 4), _prob(3, 4), _pos(4)]),
     ("bce_with_logits", lambda x, y, p: F.binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction="sum"),
@@ -246,6 +255,8 @@ def test_errors():
         F.mse_loss(gj.tensor(np.ones(2)), np.ones(2), reduction="avg")
     with pytest.raises(ValueError, match="even"):
         F.glu(gj.tensor(np.ones(3)))
+    with pytest.raises(ValueError, match="same size"):
+        F.mse_loss(gj.tensor(np.ones(2)), np.ones(2), weight=np.ones(1))
     with pytest.raises(ValueError, match="approximate"):
         F.gelu(gj.tensor(np.ones(3)), approximate="fast")
     with pytest.raises(ValueError, match="dropout probability"):
@@ -316,6 +327,10 @@ def _torch_fn(name, tf, torch):
         "l1_loss": lambda x, y: tf.l1_loss(x, y, reduction="sum"),
         "smooth_l1_loss": lambda x, y: tf.smooth_l1_loss(x, y, beta=0.8),
         "huber_loss": lambda x, y: tf.huber_loss(x, y, delta=0.8, reduction="none"),
+        "mse_loss_w": lambda x, y, v: tf.mse_loss(x, y, weight=v),
+        "l1_loss_w": lambda x, y, v: tf.l1_loss(x, y, weight=v),
+        "huber_loss_w": lambda x, y, v: tf.huber_loss(x, y, delta=0.8, weight=v),
+        "mse_loss_w_sum": lambda x, y, v: tf.mse_loss(x, y, reduction="sum", weight=v),
         "binary_cross_entropy": lambda x, y, v: tf.binary_cross_entropy(x, y, weight=v),
         "bce_with_logits": lambda x, y, p: tf.binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction="sum"),
         "bce_with_logits_plain": tf.binary_cross_entropy_with_logits,
@@ -370,3 +385,142 @@ def test_cdist_of_a_set_with_itself_has_torchs_gradient():
     F.cdist(x, x).sum().backward()
     d = np.array([-2.0, 0.5]) / np.hypot(2.0, 0.5)
     np.testing.assert_allclose(x.grad.data, [2 * d, -2 * d])
+
+
+def test_mean_over_all_ignored_targets_is_nan_with_zero_gradient(executor):
+    # loss.sum() / w_t.sum() was 0 / 0: the gradient 0 * inf = NaN (torch: zeros, value NaN)
+    x = _n(3, 4)
+    t = np.full(3, -100)
+
+    def f(x):
+        return (F.cross_entropy(x, t) + F.cross_entropy(x, t, weight=W_CLS, label_smoothing=0.1)
+                + F.nll_loss(x, t))
+    val, g = gj.value_and_grad(f)(x)
+    assert np.isnan(val)
+    np.testing.assert_array_equal(g, np.zeros((3, 4)))
+    xt = gj.tensor(x, requires_grad=True)
+    out = f(xt)
+    out.backward()
+    assert np.isnan(out.data)
+    np.testing.assert_array_equal(xt.grad.data, np.zeros((3, 4)))
+    # some targets kept: the mean over them, as before
+    t2 = np.array([1, -100, 3])
+    g2 = gj.grad(lambda x: F.cross_entropy(x, t2))(x)
+    np.testing.assert_allclose(g2, numerical_grad(lambda x: _ce_idx(x, t2), [x], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_binary_cross_entropy_gradient_at_saturated_probabilities(executor):
+    # p exactly 0 or 1 (a saturated sigmoid): the chain through the clamped logs gave
+    # 0 * inf = NaN; torch's gradient is (p - t) / max(p (1 - p), 1e-12)
+    p = np.array([0.0, 1.0, 0.0, 1.0, 0.3, 0.5])
+    t = np.array([0.0, 1.0, 0.3, 0.6, 0.2, 1.0])
+    expect = (p - t) / np.maximum(p * (1 - p), 1e-12)
+    g = gj.grad(lambda p: F.binary_cross_entropy(p, t, reduction="sum"))(p)
+    np.testing.assert_allclose(g, expect, rtol=1e-12)
+    pt = gj.tensor(p, requires_grad=True)
+    F.binary_cross_entropy(pt, t, reduction="sum").backward()
+    np.testing.assert_allclose(pt.grad.data, expect, rtol=1e-12)
+    # the value keeps its logs clamped at -100; the target's gradient is the value's slope
+    out = F.binary_cross_entropy(gj.tensor(p), t, reduction="none").data
+    np.testing.assert_allclose(out[:4], [0.0, 0.0, 30.0, 40.0], atol=1e-12)
+    gt = gj.grad(lambda t: F.binary_cross_entropy(p, t, reduction="sum"))(t)
+    np.testing.assert_allclose(gt[:4], [100.0, -100.0, 100.0, -100.0])
+    # second order, inside (0, 1): d2/dp2 = (p^2 - 2 p t + t) / (p (1 - p))^2
+    q, z = np.array([0.2, 0.7, 0.5]), np.array([0.1, 0.9, 1.0])
+    h = gj.grad(lambda q: gj.grad(lambda q: F.binary_cross_entropy(q, z, reduction="sum"))(q).sum())(q)
+    np.testing.assert_allclose(h, (q * q - 2 * q * z + z) / (q * (1 - q)) ** 2, rtol=1e-10)
+
+
+def test_class_index_target_out_of_bounds_raises(executor):
+    # a target outside [0, C) that is not ignore_index was dropped from the loss (torch raises)
+    x = _n(3, 5)
+    for bad, shown in ((np.array([0, 7, 1]), 7), (np.array([0, -1, 1]), -1)):
+        for f in (lambda x, t: F.cross_entropy(x, t), lambda x, t: F.nll_loss(x, t, weight=np.ones(5)),
+                  lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1)):
+            with pytest.raises(IndexError, match=f"Target {shown} is out of bounds"):
+                f(gj.tensor(x), gj.tensor(bad))            # known values: torch's words
+            with pytest.raises(IndexError, match=f"Target {shown} is out of bounds"):
+                gj.grad(lambda x: f(x, bad))(x)            # a constant of the trace
+            with pytest.raises(IndexError, match="out of bounds"):
+                gj.grad(f)(x, bad)                         # traced: checked when it runs
+    ok = np.array([0, -100, 4])                            # ignore_index is not out of bounds
+    np.testing.assert_allclose(gj.grad(F.cross_entropy)(x, ok),
+                               numerical_grad(lambda x: _ce_idx(x, ok), [x], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_loss_targets_torch_refuses():
+    x = gj.tensor(_n(3, 4))
+    with pytest.raises(RuntimeError, match="integer class-index target"):
+        F.cross_entropy(x, gj.tensor(np.array([0.0, 1.0, 2.0])))   # floats not of x's shape
+    with pytest.raises(RuntimeError, match="integer class-index target"):
+        F.nll_loss(x, np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"target of shape \(2,\)"):
+        F.cross_entropy(x, np.array([0, 1]))
+    p = gj.tensor(_prob(3, 4))
+    with pytest.raises(ValueError, match=r"target size \(4,\) that is different to the input size"):
+        F.binary_cross_entropy(p, _prob(4))
+    with pytest.raises(ValueError, match=r"Target size \(3, 1\) must be the same as input size"):
+        F.binary_cross_entropy_with_logits(p, _prob(3, 1))
+
+
+INPLACE = {
+    "relu": (F.relu, lambda x: np.maximum(x, 0)),
+    "relu6": (F.relu6, lambda x: np.clip(x, 0, 6)),
+    "hardtanh": (lambda x, inplace: F.hardtanh(x, -0.5, 1.0, inplace), lambda x: np.clip(x, -0.5, 1.0)),
+    "leaky_relu": (lambda x, inplace: F.leaky_relu(x, 0.2, inplace), lambda x: np.where(x > 0, x, 0.2 * x)),
+    "elu": (lambda x, inplace: F.elu(x, 1.3, inplace), lambda x: np.where(x > 0, x, 1.3 * np.expm1(x))),
+    "celu": (lambda x, inplace: F.celu(x, 0.8, inplace), lambda x: np.where(x > 0, x, 0.8 * np.expm1(x / 0.8))),
+    "selu": (F.selu, lambda x: SELU_S * np.where(x > 0, x, SELU_A * np.expm1(x))),
+    "silu": (F.silu, lambda x: x / (1 + np.exp(-x))),
+    "mish": (F.mish, lambda x: x * np.tanh(_sp(x))),
+    "hardsigmoid": (F.hardsigmoid, lambda x: np.clip(x / 6 + 0.5, 0, 1)),
+    "hardswish": (F.hardswish, lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    "threshold": (lambda x, inplace: F.threshold(x, 0.25, -2.0, inplace), lambda x: np.where(x > .25, x, -2.0)),
+    "dropout": (lambda x, inplace: F.dropout(x, 0.3, generator=7, inplace=inplace), lambda x: x * DROP_MASK),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_activation_inplace_writes_the_input(name, interpreted):
+    # inplace=True was ignored: the input kept its values (torch overwrites it)
+    fn, ref = INPLACE[name]
+    x = _away(3, 4) * 2
+    w = np.random.default_rng(3).standard_normal((3, 4))
+    t = gj.tensor(x.copy())
+    assert fn(t, inplace=True) is t
+    np.testing.assert_allclose(t.data, ref(x), rtol=1e-12, atol=1e-12)
+    # with history: the write is recorded, the gradient reaches the leaf
+    leaf = gj.tensor(x, requires_grad=True)
+    h = leaf * 1.0
+    fn(h, inplace=True)
+    (h * w).sum().backward()
+    expect = numerical_grad(lambda v: ref(v) * w, [x], 0)
+    np.testing.assert_allclose(leaf.grad.data, expect, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        fn(gj.tensor(x, requires_grad=True), inplace=True)
+    # traced: the name is rebound to the result (x[...] = y)
+
+    def f(v):
+        y = v * 1.0
+        fn(y, inplace=True)
+        return (y * w).sum()
+    np.testing.assert_allclose(gj.grad(f)(x), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_arrays_raise_a_clear_type_error_and_softmax_takes_dtype(interpreted):
+    # F.* of plain arrays met ndarray.relu / as_operand's _const: an internal AttributeError
+    x = _n(3, 4)
+    for call in (lambda: F.relu(x), lambda: F.linear(x, _n(2, 4)), lambda: F.cross_entropy(x, T_IDX[:3]),
+                 lambda: F.conv2d(_n(1, 1, 3, 3), _n(1, 1, 2, 2)), lambda: F.mse_loss(input=x, target=x)):
+        with pytest.raises(TypeError, match=r"gj.nn.functional.\w+: argument 'input' must be a tensor, "
+                                            r"not numpy.ndarray: pass gj.tensor\(x\)"):
+            call()
+    # an array beside a tensor (or a traced array) is a constant of its front end, as before
+    w = _n(2, 4)
+    np.testing.assert_allclose(F.linear(x, gj.tensor(w)).data, x @ w.T, rtol=1e-12)
+    np.testing.assert_allclose(gj.grad(lambda w: F.linear(x, w).sum())(w), np.tile(x.sum(0), (2, 1)))
+    # Tensor.softmax / log_softmax take torch's dtype
+    t = gj.tensor(x)
+    assert t.softmax(-1, dtype=gj.float32).dtype == np.float32
+    assert t.log_softmax(1, dtype=gj.float32).dtype == np.float32
+    np.testing.assert_allclose(t.log_softmax(0, dtype=gj.float32).data, _logsm(x, 0), rtol=1e-6)

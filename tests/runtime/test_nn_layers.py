@@ -281,6 +281,43 @@ def test_unbatched_and_errors(interpreted):
         F.group_norm(gj.tensor(_n(2, 3, 2)), 2)
 
 
+RANKS = [   # (call, message): torch refuses these ranks; gj raised IndexError or computed
+    (lambda t: F.conv2d(t(4, 6), t(3, 4, 2, 2)), r"conv2d: expected an input of 3-D or 4-D.*\(4, 6\)"),
+    (lambda t: F.conv2d(t(1, 2, 4, 6), t(3, 2, 2)), r"conv2d: expected a weight of 4-D.*\(3, 2, 2\)"),
+    (lambda t: F.conv1d(t(2, 2, 4, 6), t(3, 2, 2)), r"conv1d: expected an input of 2-D or 3-D.*4-D"),
+    (lambda t: F.conv_transpose2d(t(1, 2, 3, 3, 3), t(2, 2, 2, 2)), r"conv_transpose2d: expected an input"),
+    (lambda t: F.conv_transpose2d(t(1, 2, 3, 3), t(2, 2, 2)), r"conv_transpose2d: expected a weight of 4-D"),
+    (lambda t: F.max_pool2d(t(2, 2, 4, 6, 6), 2), r"max_pool2d: expected an input of 3-D or 4-D"),
+    (lambda t: F.max_pool2d(t(6, 6), 2), r"max_pool2d: expected an input of 3-D or 4-D.*\(6, 6\)"),
+    (lambda t: F.max_pool1d(t(6), 2), r"max_pool1d: expected an input of 2-D or 3-D"),
+    (lambda t: F.avg_pool2d(t(2, 2, 4, 6, 6), 2), r"avg_pool2d: expected an input of 3-D or 4-D"),
+    (lambda t: F.avg_pool1d(t(2, 2, 4, 6), 2), r"avg_pool1d: expected an input of 2-D or 3-D"),
+    (lambda t: F.adaptive_avg_pool2d(t(4, 4), 2), r"adaptive_avg_pool2d: expected an input of 3-D"),
+    (lambda t: F.linear(t(3, 3), t(2, 3, 3)), r"linear: expected a weight of 1-D or 2-D.*\(2, 3, 3\)"),
+    (lambda t: F.prelu(t(2, 3, 4), t(3, 1)), r"prelu: expected a weight of 0-D or 1-D"),
+    (lambda t: F.prelu(t(2, 3, 4), t(4)), r"prelu: Mismatch of parameter numbers"),
+    (lambda t: F.batch_norm(t(3), np.zeros(3), np.ones(3)), r"batch_norm: expected an input of at least 2-D"),
+    (lambda t: F.group_norm(t(4), 2), r"group_norm: expected an input of at least 2-D"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(RANKS)))
+def test_wrong_ranks_raise_as_torch(k):
+    call, msg = RANKS[k]
+    with pytest.raises(RuntimeError, match=msg) as info:
+        call(lambda *s: gj.tensor(_n(*s)))
+    assert "test_nn_layers.py" in str(info.value)       # the user's line
+    with pytest.raises(RuntimeError, match=msg):        # traced alike
+        gj.grad(lambda a: call(lambda *s: a * _n(*s)).sum())(1.0)
+
+
+def test_instance_norm_rank_and_prelu_of_a_0d_input():
+    with pytest.raises(ValueError, match=r"instance_norm: expected an input of at least 3-D.*\(2, 3\)"):
+        F.instance_norm(gj.tensor(_n(2, 3)))
+    # a 0-d input with a (1,) prelu weight stays 0-d, as torch
+    assert F.prelu(gj.tensor(np.array(-2.0)), np.array([0.25])).shape == ()
+
+
 def _net(w, b, x):
     h = F.relu(F.conv2d(x, w, b, padding=1))
     h = F.max_pool2d(h, 2) + F.avg_pool2d(h, 2)
