@@ -17,8 +17,9 @@ Contract
   ``jvp``, or the linearised backward formula), exact, no finite differences.
 - ``has_aux=True`` (jacrev, jacfwd, hessian): ``f`` returns ``(value, aux)`` and the
   transform ``(jacobian, aux)``, as JAX's.
-- ``hessian(f, argnums) = jacfwd(grad(f, argnums), argnums)``: nested structures (a dict
-  argument gives a dict of dicts; argnums=(0, 1) gives ((H00, H01), (H10, H11))).
+- ``hessian(f, argnums) = jacfwd(jacrev(f, argnums), argnums)``: nested structures (a
+  dict argument gives a dict of dicts; argnums=(0, 1) gives ((H00, H01), (H10, H11)));
+  a function with a non-scalar output has a Hessian per output element, as JAX's.
 - ``jvp(f, primals, tangents) -> (f(*primals), J tangents)``: ``primals`` a tuple of
   pytrees, ``tangents`` the same structure (else TypeError) and shapes (else ValueError);
   both results have the structure of ``f``'s output (an integer output's tangent is 0).
@@ -33,7 +34,7 @@ from gradjit.lowering.forward import tangents as forward_tangents
 from gradjit.runtime.function import custom_forward_rule, custom_rule
 from gradjit.runtime.memory import Bounded
 from gradjit.runtime.arguments import fresh_leaves, norm_argnums, single_argnum, split_aux
-from gradjit.runtime.transforms import _Transformed, grad
+from gradjit.runtime.transforms import _Transformed
 from gradjit.tracer.api import apply
 from gradjit.tracer import pytree
 from gradjit.tracer.registry import GradjitError
@@ -216,9 +217,10 @@ def _stack(rows, shape, n):
 
 
 def hessian(fn, argnums=0, has_aux=False, static_argnums=()):
-    """The Hessian of a scalar function: ``jacfwd(grad(fn, argnums), argnums)``, with JAX's
-    nested structure for pytree arguments and tuples of argnums (has_aux: ``(H, aux)``)."""
-    return jacfwd(grad(fn, argnums=argnums, has_aux=has_aux, static_argnums=static_argnums),
+    """The Hessian: ``jacfwd(jacrev(fn, argnums), argnums)``, as JAX's, with its nested
+    structure for pytree arguments and tuples of argnums (has_aux: ``(H, aux)``); a
+    function returning an array of shape ``s`` gives blocks of ``s + x.shape + x.shape``."""
+    return jacfwd(jacrev(fn, argnums=argnums, has_aux=has_aux, static_argnums=static_argnums),
                   argnums=argnums, has_aux=has_aux, static_argnums=static_argnums)
 
 

@@ -181,3 +181,18 @@ def test_jacobians_and_hessian_with_has_aux(executor):
     np.testing.assert_allclose(nested, -np.sin(x) + 1 / 3)
     with pytest.raises(gj.GradjitError, match="has_aux=True needs the function to return a pair"):
         gj.jacrev(np.sin, has_aux=True)(x)
+
+
+def test_hessian_of_a_vector_or_pytree_output_as_jax(executor):
+    # (gj.hessian was jacfwd(grad): a non-scalar output raised; JAX's is jacfwd(jacrev))
+    x = np.array([0.3, -0.7, 1.1])
+    H = gj.hessian(lambda a: np.sin(a) * a[0])(x)
+    assert H.shape == (3, 3, 3)
+    for i in range(3):   # the Hessian of output element i, by finite differences of gj.grad
+        gi = lambda a, i=i: np.sin(a[i]) * a[0]
+        col = [numerical_grad(lambda a, j=j: gj.grad(gi)(a)[j], [x], 0) for j in range(3)]
+        np.testing.assert_allclose(H[i], np.array(col), atol=1e-6)
+    out = gj.hessian(lambda p: {"o": np.tanh(p["w"] * p["b"][0])})({"w": x, "b": x[:2]})
+    assert out["o"]["w"]["b"].shape == (3, 3, 2) and out["o"]["b"]["b"].shape == (3, 2, 2)
+    s = gj.hessian(lambda a: (np.sin(a) * a[0]).sum())(x)   # a scalar output: (3, 3) as before
+    np.testing.assert_allclose(s, H.sum(0), atol=1e-12)
