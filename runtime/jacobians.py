@@ -22,7 +22,8 @@ Contract
   a function with a non-scalar output has a Hessian per output element, as JAX's.
 - ``jvp(f, primals, tangents) -> (f(*primals), J tangents)``: ``primals`` a tuple of
   pytrees, ``tangents`` the same structure (else TypeError) and shapes (else ValueError);
-  both results have the structure of ``f``'s output (an integer output's tangent is 0).
+  both results have the structure of ``f``'s output (an integer output's tangent is 0);
+  ``has_aux=True``: ``f`` returns ``(out, aux)``, jvp ``(out, tangent_out, aux)``.
 - Called with tracers (nested in another transform) they trace inline.
 """
 from __future__ import annotations
@@ -227,9 +228,9 @@ def hessian(fn, argnums=0, has_aux=False, static_argnums=()):
 class jvp_fn(_Transformed):
     """``jvp(f)(primals..., tangents...)``: used by :func:`jvp`."""
 
-    def __init__(self, fn, n):
+    def __init__(self, fn, n, has_aux=False):
         super().__init__(fn)
-        self.n = n
+        self.n, self.has_aux = n, bool(has_aux)
 
     def _pairs(self, call):
         """The primal leaves (as passed) and their tangent leaves (None: not float)."""
@@ -239,25 +240,37 @@ class jvp_fn(_Transformed):
                  for x, t in zip(xs, ts) if isinstance(x, Tracer)]
         return [x for x, _ in pairs], [t for _, t in pairs]
 
+    def _out(self, call):
+        """The function's output and its aux (has_aux: the second of the pair it returns)."""
+        out = self.fn(*call[:self.n])
+        return split_aux(out, f"gj.jvp({self.__name__})") if self.has_aux else (out, None)
+
     def _trace_body(self, g, call, arg_values):
         xs, ts = self._pairs(call)
-        vals, tree = flatten_output(g, self.fn(*call[:self.n]))
+        out, aux = self._out(call)
+        vals, tree = flatten_output(g, out)
         outs = [Tracer(g, v) for v in vals]
         g.outputs = vals + [t.value for t in _forward(g, xs, ts, outs)]
-        return tree, len(vals)
+        aux_vals, aux_tree = flatten_output(g, aux, statics=True) if self.has_aux else ([], None)
+        g.outputs += aux_vals
+        return tree, len(vals), aux_tree, len(aux_vals)
 
     def _unpack(self, tree, results):
-        tree, n = tree
-        return (pytree.unflatten(tree, list(results[:n])),
-                pytree.unflatten(tree, list(results[n:])))
+        tree, n, aux_tree, n_aux = tree
+        primal_out = pytree.unflatten(tree, list(results[:n]))
+        tangent_out = pytree.unflatten(tree, list(results[n:2 * n]))
+        if not self.has_aux:
+            return primal_out, tangent_out
+        return primal_out, tangent_out, unflatten_output(aux_tree, list(results[2 * n:]))
 
     def _inline(self, call):
         call = fresh_leaves(call, range(self.n))
         xs, ts = self._pairs(call)
-        out = self.fn(*call[:self.n])
+        out, aux = self._out(call)
         g = xs[0].graph
         vals, tree = flatten_output(g, out)
-        return out, pytree.unflatten(tree, _forward(g, xs, ts, [Tracer(g, v) for v in vals]))
+        tangent_out = pytree.unflatten(tree, _forward(g, xs, ts, [Tracer(g, v) for v in vals]))
+        return (out, tangent_out, aux) if self.has_aux else (out, tangent_out)
 
 
 _JVP_CACHE = Bounded()
@@ -268,8 +281,10 @@ def _shape_of(treedef, n):
     return repr(pytree.unflatten(treedef, ["*"] * n)).replace("'*'", "*")
 
 
-def jvp(fn, primals, tangents):
-    """``(fn(*primals), J(primals) @ tangents)``, compiled (cached per function)."""
+def jvp(fn, primals, tangents, has_aux=False):
+    """``(fn(*primals), J(primals) @ tangents)``, compiled (cached per function); with
+    ``has_aux`` ``fn`` returns ``(out, aux)`` and ``jvp`` ``(out, tangent_out, aux)``, as
+    JAX's (aux is not differentiated)."""
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
@@ -281,8 +296,8 @@ def jvp(fn, primals, tangents):
         if np.shape(p) != np.shape(t):
             raise ValueError(f"gj.jvp: the tangent of leaf {k} has shape {np.shape(t)}, its "
                              f"primal {np.shape(p)}")
-    key = (fn, len(primals))
+    key = (fn, len(primals), bool(has_aux))
     f = _JVP_CACHE.get(key)
     if f is None:
-        f = _JVP_CACHE[key] = jvp_fn(fn, len(primals))
+        f = _JVP_CACHE[key] = jvp_fn(fn, len(primals), has_aux)
     return f(*primals, *tangents)

@@ -196,3 +196,17 @@ def test_hessian_of_a_vector_or_pytree_output_as_jax(executor):
     assert out["o"]["w"]["b"].shape == (3, 3, 2) and out["o"]["b"]["b"].shape == (3, 2, 2)
     s = gj.hessian(lambda a: (np.sin(a) * a[0]).sum())(x)   # a scalar output: (3, 3) as before
     np.testing.assert_allclose(s, H.sum(0), atol=1e-12)
+
+
+def test_jvp_with_has_aux_as_jax(executor):
+    x, t = np.array([0.3, -0.7]), np.array([1.0, 2.0])
+    f = lambda w: (np.sin(w) * 2, {"n": (w ** 2).sum(), "tag": "s"})   # noqa: E731
+    out, tangent, aux = gj.jvp(f, (x,), (t,), has_aux=True)
+    np.testing.assert_allclose(out, np.sin(x) * 2)
+    np.testing.assert_allclose(tangent, np.cos(x) * 2 * t)
+    assert aux["tag"] == "s" and float(aux["n"]) == pytest.approx((x ** 2).sum())
+    # inside another transform: the tangent is differentiable, the aux passes through
+    g = gj.grad(lambda w: gj.jvp(lambda v: (np.sin(v) * w, w.sum()), (w,), (t,),
+                                 has_aux=True)[1].sum())(x)
+    np.testing.assert_allclose(g, (np.cos(x) - x * np.sin(x)) * t)   # d/dw of cos(w) w t
+    assert len(gj.jvp(np.sin, (x,), (t,))) == 2
