@@ -214,8 +214,11 @@ def _scan(f, init, xs, length, reverse, what):
     g, vals, tree, feeds = trace_body(outer, step, c_in + x_in, [(c_tree, nc), (x_tree, nx)],
                                       "scan", slice_first=range(nc, nc + nx))
     out_c_tree, out_y_tree = tree[1][0], tree[1][1]
-    _check_same(what, "the carry", _types(vals[:nc]), _types(g.inputs[:nc]),
-                out_c_tree, c_tree)
+    got, want = _types(vals[:nc]), _types(g.inputs[:nc])
+    weak = _weak_promotions(c_leaves, got, want) if out_c_tree == c_tree else None
+    if weak:   # (JAX's weak types: a Python number as the initial carry takes the body's dtype)
+        return _scan(f, pytree.unflatten(c_tree, weak), xs, length, reverse, what)
+    _check_same(what, "the carry", got, want, out_c_tree, c_tree)
     attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse),
              "origin": what}
     types = ([(v.shape, v.dtype) for v in g.inputs[:nc]]
@@ -226,6 +229,21 @@ def _scan(f, init, xs, length, reverse, what):
     res = [Tracer(outer, v) for v in outs]
     return (pytree.unflatten(c_tree, res[:nc]),
             pytree.unflatten(out_y_tree, res[nc:nc + len(vals) - nc]))
+
+
+def _weak_promotions(c_leaves, got, want):
+    """The initial carry leaves with each Python number (weakly typed, as JAX's) whose body
+    result differs only in dtype cast to the result's dtype, where NumPy's weak rule gives
+    that dtype (0 -> float64, 0.5 -> float32; not 0.5 -> int64); None unless that makes
+    every carry leaf match."""
+    out = list(c_leaves)
+    for k, (x, (gs, gd), (ws, wd)) in enumerate(zip(c_leaves, got, want)):
+        if (gs, gd) == (ws, wd):
+            continue
+        if type(x) not in (int, float, bool) or gs != ws or np.result_type(gd, x) != gd:
+            return None
+        out[k] = np.asarray(x, gd)
+    return out if any(a is not b for a, b in zip(out, c_leaves)) else None
 
 
 def _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse):

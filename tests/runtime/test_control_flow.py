@@ -301,12 +301,23 @@ def test_checkpoint_takes_keywords_and_static_arguments(executor):
 
 def test_loop_and_branch_errors_name_what_the_user_called(interpreted):
     w = np.ones(3)
-    with pytest.raises(gj.GradjitError, match=r"gj.fori_loop: the carry must keep .*float64\[\]\) "
-                                              r"where \(int64\[\]\)"):
-        gj.jit(lambda w: gj.fori_loop(0, 3, lambda i, c: c * w[0], 0))(w)
+    with pytest.raises(gj.GradjitError, match=r"gj.fori_loop: the carry must keep .*int64\[\]\) "
+                                              r"where \(float64\[\]\)"):
+        gj.jit(lambda w: gj.fori_loop(0, 3, lambda i, c: (c * w[i]).astype(np.int64), 0.5))(w)
     with pytest.raises(gj.GradjitError, match=r"gj.cond: the false branch's result .*float32\[3\]"
                                               r".*Make both branches return the same"):
         gj.jit(lambda x: gj.cond(x[0] > 0, lambda x: x, lambda x: x.astype(np.float32), x))(w)
     with pytest.raises(gj.GradjitError, match="gj.while_loop: the loop value"):
         gj.grad(lambda x: gj.while_loop(lambda v: v[0] < 2, lambda v: v.astype(np.float32), x,
                                         max_steps=3).sum())(w)
+
+
+def test_a_python_number_as_initial_carry_takes_the_bodys_dtype(executor):
+    # (JAX's weak types: fori_loop(0, n, body, 0) with a float body accumulates in float)
+    w = np.array([1.5, 2.0, 0.5])
+    assert float(gj.jit(lambda w: gj.fori_loop(0, 3, lambda i, c: c + w[i], 0))(w)) == 4.0
+    np.testing.assert_allclose(
+        gj.grad(lambda w: gj.fori_loop(0, 3, lambda i, c: c * w[0] + w[i], 0))(w),
+        [3 * w[0] ** 2 + w[1], w[0], 1.0])   # (c3 = w0^3 + w1 w0 + w2)
+    c, ys = gj.jit(lambda w: gj.scan(lambda c, x: (c + x, c), 0, w.astype(np.float32)))(w)
+    assert c.dtype == np.float64 and ys.dtype == np.float64   # (int 0 + float32: NumPy's rule)
