@@ -13,7 +13,7 @@ Contract
 - Composites (no op of their own, differentiated through their parts):
   ``logdet`` = ``logabsdet + log(sign)`` (NaN for a negative determinant, as
   torch); ``cholesky_solve`` = two triangular solves; ``lstsq`` = ``pinv(A) @ B``
-  (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
+  with lstsq's cutoff (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
   ``vector_norm``, ``amax``/``amin`` and ``svd``; ``svdvals`` the S of ``svd``.
 - Products (``mv`` ... ``einsum``) are re-exported from ``methods_linalg.py``.
 - ``qr``: ``mode='reduced'`` (any m, n; differentiable for wide matrices too,
@@ -168,9 +168,31 @@ def pinv(A):
     return apply("linalg_pinv.default", [A], {})
 
 
+def lstsq_cutoff(dtype, m, n, rcond):
+    """The relative cutoff of lstsq's singular values (NumPy / LAPACK gelsd): rcond, or
+    eps * max(m, n) when None; a negative rcond means eps (machine precision)."""
+    eps = float(np.finfo(dtype).eps)
+    if rcond is None:
+        return eps * max(m, n)
+    rcond = float(rcond)   # (a traced rcond raises here: the cutoff must be a number)
+    return eps if rcond < 0 else rcond
+
+
+def _known(x):
+    """The numbers of ``x`` when they are known now (an eager tensor), else None."""
+    return None if type(x).__name__ == "Tracer" or not hasattr(x, "data") else np.asarray(x.data)
+
+
 def lstsq(A, B, rcond=None):
-    """Minimum-norm least squares (any rank): solution = pinv(A) @ B; residuals (squared
-    2-norms of the columns of A X - B) when m > n and A has full column rank, else empty."""
+    """Minimum-norm least squares (any rank), as NumPy's lstsq and torch's gelsd driver:
+    singular values at or below ``rcond * max(S)`` (``rcond=None``: eps * max(m, n)) count
+    as zero, so solution = pinv_k(A) @ B (the ``linalg_pinv`` op with that cutoff, whose
+    gradient follows the truncation), rank = the count above the cutoff.
+    residuals (squared 2-norms of the columns of A X - B) exist only when m > n and A has
+    full column rank, a shape that depends on A's numbers: known for an eager tensor
+    (empty, shape (0,) / (*, 0), when any matrix is rank deficient, as torch); while
+    tracing they are not, so the residuals have shape (*, k) and are NaN where A turns out
+    rank deficient at run time (never a value for a problem with no residuals)."""
     A, B = _pair("linalg.lstsq", A, B)
     _need("linalg.lstsq", A)
     vec = B.ndim == A.ndim - 1
@@ -178,15 +200,24 @@ def lstsq(A, B, rcond=None):
     if Bm.shape[-2] != A.shape[-2]:
         raise ShapeError(f"linalg.lstsq: A {tuple(A.shape)} and B {tuple(B.shape)} do not match "
                          f"(rows {A.shape[-2]} != {Bm.shape[-2]})", user_site())
-    X = pinv(A) @ Bm
-    S = svdvals(A)
     m, n = A.shape[-2:]
-    tol = (np.finfo(A.dtype).eps * max(m, n)) if rcond is None else rcond
-    rank = (S > S.amax(-1, keepdim=True) * tol).sum(-1)
+    tol = lstsq_cutoff(A.dtype, m, n, rcond)
+    X = apply("linalg_pinv.default", [A], {"rcond": tol}) @ Bm
+    S = svdvals(A)
+    rank = (S > S.amax(-1, keepdim=True) * tol).sum(-1) if min(m, n) else \
+        A._const(np.zeros(A.shape[:-2], np.int64))
     r = ((A @ X - Bm) ** 2).sum(-2) if m > n else None
+    known = _known(rank)
+    if r is not None and known is not None and (known < n).any():
+        r = None
+    elif r is not None and known is None:   # traced: NaN where the rank is below n
+        r = apply("where.self", [(rank == n).unsqueeze(-1), r,
+                                 A._const(np.array(np.nan, A.dtype))], {})
+    if r is None:
+        r = A._const(np.zeros(tuple(A.shape[:-2]) + (0,), A.dtype))
     if vec:
         X = X.squeeze(-1)
-        r = r.squeeze(-1) if r is not None else None
+        r = r.squeeze(-1) if r.shape[-1] == 1 else r
     return LstsqResult(X, r, rank, S)
 
 

@@ -34,6 +34,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer import linalg as L
+from gradjit.tracer.dispatch import apply
 from gradjit.tracer.einsum import sublist_form
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.methods_linalg import kron, tensordot
@@ -123,15 +124,18 @@ def solve(a, b):
 
 
 def lstsq(a, b, rcond=None):
+    """NumPy's lstsq: ``a`` 2-D, ``b`` 1-D or 2-D; the cutoff and the residuals' rule are
+    ``tracer/linalg.py``'s (residuals of shape (k,) only for m > n and rank n: NumPy's
+    empty array otherwise; while tracing a of rank < n, which is not known yet, gives NaN)."""
     a, b = operands(a, b, floating=True)
+    for x, name in ((a, "a"), (b, "b")):
+        if x.ndim > 2 or (x is a and x.ndim < 2):
+            raise np.linalg.LinAlgError(
+                f"np.linalg.lstsq: {x.ndim}-dimensional array given ({name} of shape "
+                f"{tuple(x.shape)}). Array must be two-dimensional\n  at {user_site()}")
     res = L.lstsq(a, b, rcond)
-    m, n = a.shape[-2:]
-    k = b.shape[-1] if b.ndim == a.ndim else 1
-    if m <= n or res.residuals is None:   # NumPy: no residuals (empty) unless m > n
-        residuals = np.zeros((0,), a.dtype)
-    else:   # (k,): one per column of b, (1,) for a vector b (full rank assumed: NumPy
-        #     returns none when the rank is below n, which is not known while tracing)
-        residuals = res.residuals.reshape((k,))
+    k = b.shape[-1] if b.ndim == 2 else 1
+    residuals = res.residuals.reshape((k if res.residuals.shape[-1:] != (0,) else 0,))
     return res.solution, residuals, res.rank.astype(np.int32), res.singular_values
 
 
@@ -160,16 +164,17 @@ _NO_RTOL = object()
 
 def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_RTOL):
     """NumPy's cutoff: singular values up to ``rcond`` (default 1e-15; ``rtol``: NumPy 2's
-    spelling) times the largest count as zero. The default non-hermitian case is the
-    ``linalg_pinv`` op; others are built from ``svd`` as NumPy builds them."""
+    spelling) times the largest count as zero. A non-hermitian matrix with one cutoff is the
+    ``linalg_pinv`` op (its gradient follows the cutoff); others are built from ``svd`` as
+    NumPy builds them."""
     (a,) = operands(a, floating=True)
     if rcond is None:
         rcond = 1e-15 if rtol is _NO_RTOL else (
             max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else rtol)
     elif rtol is not _NO_RTOL:
         raise ValueError("`rtol` and `rcond` can't be both set.")
-    if not hermitian and not hasattr(rcond, "_apply") and np.all(np.asarray(rcond) == 1e-15):
-        return L.pinv(a)
+    if not hermitian and not hasattr(rcond, "_apply") and np.ndim(rcond) == 0 and rcond >= 0:
+        return apply("linalg_pinv.default", [a], {"rcond": float(rcond)})
     u, s, vt = svd(a, full_matrices=False, hermitian=hermitian)
     cutoff = np.asarray(rcond)[..., None] * s.max(axis=-1, keepdims=True)
     large = s > cutoff
