@@ -10,7 +10,8 @@ entries an op never reads get zero).
 
 Formulas (X' the transpose, G the incoming gradient, I the identity):
 - inv:  -X' G X'  with X = inv(A)
-- det:  G adj(A)' = G det(A) inv(A)', from the SVD near singular A (see _adjugate_t);
+- det:  G adj(A)' = G det(A) inv(A)', from cofactors (small n) or the SVD near singular A
+  (see _adjugate_t);
   slogdet: G_logabsdet inv(A)' (not finite at an exactly singular A, as torch)
 - solve: G_B = solve(A', G);  G_A = -G_B X'
 - solve_triangular (left):  G_B = solve_tri(A', G);  G_A = -tri(G_B X')
@@ -72,16 +73,38 @@ def _near_singular(A, det):
     return det.abs() <= cols.prod(-1) * float(np.sqrt(np.finfo(A.dtype).eps))
 
 
+_COFACTOR_MAX_N = 6   # (the second-order graph holds n^2 (n-1)^2 minors: small n only)
+
+
+def _cofactors(A, n):
+    """adj(A)' entry by entry: (-1)^(i+j) det(A without row i and column j), the minors
+    cut out by constant selection matrices. Its derivative is the det op's again, on the
+    (n-1) x (n-1) minors: finite and exact at any rank (no SVD is differentiated)."""
+    if n == 1:
+        return A * 0 + 1
+    drop = np.stack([np.delete(np.eye(n, dtype=A.dtype), i, 0) for i in range(n)])  # (n, n-1, n)
+    rows = A._const(drop[:, None])                     # (n, 1, n-1, n): without row i
+    cols = A._const(np.swapaxes(drop, -1, -2)[None])   # (1, n, n, n-1): without column j
+    minors = rows @ A.unsqueeze(-3).unsqueeze(-3) @ cols   # (*, n, n, n-1, n-1)
+    sign = np.where(np.add.outer(np.arange(n), np.arange(n)) % 2, -1.0, 1.0).astype(A.dtype)
+    return apply("linalg_det.default", [minors], {}) * A._const(sign)
+
+
 def _adjugate_t(A, det):
     """adj(A)' = d det(A) / dA for any A: det(A) inv(A)' where A is well away from singular,
-    else from the SVD A = U S Vh: sign(det U det Vh) U diag(prod_{j != i} s_j) Vh (rank n-1:
-    nonzero; rank <= n-2: 0). Each branch reads a stand-in where the other one is taken
-    (I for inv; diag(1..n), distinct singular values, for svd), so neither fails nor feeds a
-    NaN into the second derivative through the branch not taken."""
+    else the cofactors (n <= _COFACTOR_MAX_N; their derivative is finite and exact at any
+    rank: the second derivative of det at rank <= n - 2 too), or for larger n the SVD
+    A = U S Vh: sign(det U det Vh) U diag(prod_{j != i} s_j) Vh (rank n-1: nonzero;
+    rank <= n-2: 0, whose derivative divides by equal singular values: NaN). Each branch
+    reads a stand-in where the other one is taken (I for inv; diag(1..n), distinct
+    singular values, for svd), so neither fails nor feeds a NaN into the second
+    derivative through the branch not taken."""
     n = A.shape[-1]
     eye = _eye(A, n)
     sing = _mat(_near_singular(A, det))
     regular = _mat(det) * _inv(where(sing, eye, A)).mT
+    if n <= _COFACTOR_MAX_N:
+        return where(sing, _cofactors(where(sing, A, eye), n), regular)
     spread = A._const(np.diag(np.arange(1, n + 1)).astype(A.dtype))
     U, S, Vh = apply("linalg_svd.default", [where(sing, A, spread)], {"full_matrices": False})
     sign = (apply("linalg_det.default", [U], {}) * apply("linalg_det.default", [Vh], {})).sign()
