@@ -223,11 +223,14 @@ def lstsq(A, B, rcond=None):
 
 def vector_norm(x, ord=2, dim=None, keepdim=False):
     dims = norm_dims(dim, x.ndim, "linalg.vector_norm") or None
-    if ord == 0:
-        return (x != 0).to(x.dtype).sum(dims, keepdim=keepdim)
-    if not isinstance(ord, (int, float)) or (ord < 0 and ord != -math.inf):
-        raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number "
-                           f">= 0, inf or -inf)", user_site())
+    if not isinstance(ord, (int, float, np.integer, np.floating)) or math.isnan(ord):
+        raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number, "
+                           f"inf or -inf)", user_site())
+    if ord == 0:   # the count of nonzeros (NaN counts), differentiable with a zero gradient
+        nonzero = x.sign().abs().nan_to_num(nan=1.0)   # (as torch's: sign's derivative is 0)
+        return nonzero.sum(dims, keepdim=keepdim)
+    if ord < 0 and ord != -math.inf:   # sum(|x|^ord)^(1/ord): 0 where an entry is 0
+        return (x.abs() ** float(ord)).sum(dims, keepdim=keepdim) ** (1.0 / ord)
     return apply("linalg_vector_norm.default", [x],
                  {"ord": float(ord), "dim": dims, "keepdim": bool(keepdim)})
 

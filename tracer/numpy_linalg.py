@@ -105,7 +105,15 @@ def cholesky(a, upper=False):
     return L.cholesky(symmetric_from_triangle(a, "U" if upper else "L"), upper=upper)
 
 
+def _axis_arg(axis):
+    """NumPy's norms take None, an int or a tuple (a list is refused, as NumPy does)."""
+    if axis is not None and not isinstance(axis, (tuple, numbers.Integral)):
+        raise TypeError(f"'axis' must be None, an integer or a tuple of integers, got "
+                        f"{axis!r}\n  at {user_site()}")
+
+
 def vector_norm(x, axis=None, keepdims=False, ord=2):
+    _axis_arg(axis)
     if axis is not None:
         return L.vector_norm(x, ord, axis, keepdims)
     out = L.vector_norm(x.reshape(-1), ord)
@@ -191,6 +199,7 @@ def qr(a, mode="reduced"):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = operands(x, floating=True)
+    _axis_arg(axis)
     # NumPy: an ord with no axis means every axis, a vector's or a matrix's norm only
     if isinstance(axis, (tuple, list)) and len(axis) > 2 or (
             axis is None and ord is not None and x.ndim not in (1, 2)):
@@ -347,13 +356,20 @@ def _linalg_outer(x1, x2, /):
 def _np_einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe",
                optimize=False):
     """np.einsum: ``optimize`` only chooses a contraction order (the result is the same);
-    ``dtype`` casts the operands; ``out=`` and a non-default ``order`` are refused."""
+    ``dtype`` casts the operands (a cast ``casting`` forbids raises NumPy's TypeError);
+    ``out=`` and a non-default ``order`` are refused."""
     if out is not None or order not in ("K", "C", "A"):
         raise UnsupportedError("np.einsum(..., out=/order=) is not supported on traced arrays",
                                user_site())
     if not isinstance(subscripts, str):   # the sublist form: einsum(a, [0, 1], b, [1, 2])
         subscripts, operands = sublist_form((subscripts,) + operands)
     if dtype is not None:
+        for i, o in enumerate(operands):   # NumPy's casting rule (default 'safe')
+            have = o.dtype if hasattr(o, "_apply") else np.asarray(o).dtype
+            if not np.can_cast(have, dtype, casting):
+                raise TypeError(f"Iterator operand {i} dtype could not be cast from "
+                                f"{have!r} to {np.dtype(dtype)!r} according to the rule "
+                                f"{casting!r}\n  at {user_site()}")
         operands = [o.astype(dtype) if hasattr(o, "_apply") else np.asarray(o, dtype)
                     for o in operands]
     return L.einsum(subscripts, *operands)

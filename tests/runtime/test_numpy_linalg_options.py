@@ -121,3 +121,28 @@ def test_lstsq_of_a_stack_is_numpys_error(interpreted):
         gj.jit(lambda a, b: np.linalg.lstsq(a, b)[0])(a, b)
     with pytest.raises(np.linalg.LinAlgError, match="3-dimensional array given"):
         gj.jit(lambda a, b: np.linalg.lstsq(a, b)[0])(a[0], b)
+
+
+def test_vector_norm_negative_and_small_ords_are_numpys(interpreted):
+    """np.linalg.vector_norm(v, ord=-1) raised 'not supported' (np.linalg.norm(v, -1) worked)."""
+    x = np.array([[1.0, -2.0, 4.0], [0.5, 3.0, -1.0]])
+    for ord_ in (-1, -2, -0.5, 0.5):
+        for axis, keepdims in ((None, False), (1, True), (0, False)):
+            check(lambda v: np.linalg.vector_norm(v, axis=axis, keepdims=keepdims, ord=ord_), [x])
+    assert gj.jit(lambda v: np.linalg.vector_norm(v, ord=-1))(np.array([0.0, 2.0])) == 0.0
+
+
+def test_norm_axis_list_and_einsum_casting_are_numpys_errors(interpreted):
+    a = np.ones((2, 3))
+    with pytest.raises(TypeError, match="'axis' must be None, an integer or a tuple"):
+        gj.jit(lambda a: np.linalg.norm(a, 1, axis=[1, 0]))(a)
+    with pytest.raises(TypeError, match="'axis' must be None, an integer or a tuple"):
+        gj.jit(lambda a: np.linalg.vector_norm(a, axis=[1]))(a)
+    with pytest.raises(TypeError, match=r"could not be cast from dtype\('float64'\) to "
+                                        r"dtype\('float32'\) according to the rule 'safe'"):
+        gj.jit(lambda a: np.einsum("ij->i", a, dtype=np.float32))(a)
+    got = gj.jit(lambda a: np.einsum("ij->i", a, dtype=np.float32, casting="same_kind"))(a)
+    assert got.dtype == np.float32 and (got == 3).all()
+    assert gj.jit(lambda a: np.einsum("ij->i", a.astype(np.float32), dtype=np.float64))(a).dtype \
+        == np.float64
+    assert gj.jit(lambda a: np.linalg.norm(a, axis=np.int64(1)))(a).shape == (2,)

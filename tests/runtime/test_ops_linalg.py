@@ -153,3 +153,18 @@ def test_singular_det_forward_and_logdet_of_negative(interpreted):
     assert np.isnan(L.logdet(gj.tensor(-np.eye(3))).item())       # det < 0: NaN, as torch
     s, l = L.slogdet(gj.tensor(-np.eye(3)))
     assert s.item() == -1.0 and l.item() == 0.0
+
+
+def test_vector_norm_ord_0_is_differentiable_with_zero_gradient(interpreted):
+    """As torch: the count of nonzeros requires grad (it was a bool sum, detached); its
+    gradient is zero. NaN counts as nonzero; a negative ord is sum(|x|^ord)^(1/ord)."""
+    t = gj.tensor(np.array([[1.0, 0.0, -2.0], [np.nan, 0.0, 0.0]]), requires_grad=True)
+    n = L.vector_norm(t, ord=0, dim=1)
+    assert n.requires_grad
+    np.testing.assert_array_equal(n.detach().numpy(), [2.0, 1.0])
+    n.sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.zeros((2, 3)))
+    v = gj.tensor(np.array([1.0, -2.0, 4.0]), requires_grad=True)
+    L.vector_norm(v, ord=-1).backward()
+    want = numerical_grad(lambda x: np.linalg.norm(x, -1), [v.detach().numpy()], 0)
+    np.testing.assert_allclose(v.grad.numpy(), want, rtol=1e-6)
