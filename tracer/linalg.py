@@ -131,14 +131,19 @@ def cholesky_solve(B, L, upper=False):
 
 
 def qr(A, mode="reduced"):
+    """torch's modes: 'reduced', 'complete', and 'r' (Q an empty tensor, R the reduced
+    one; unlike torch's, R here is differentiable: its gradient is the reduced QR's)."""
     _need("linalg.qr", A)
+    if mode == "r":
+        return QRResult(A._const(np.zeros((0,), A.dtype)),
+                        apply("linalg_qr.default", [A], {})[1])
     if mode == "complete" and A.shape[-2] <= A.shape[-1]:
         mode = "reduced"   # Q is square already: the same factorisation
     if mode == "complete":   # Q (m, m): a forward only (its yaml entry says why)
         return QRResult(*apply("linalg_qr.complete", [A], {}))
     if mode != "reduced":
         raise GradjitError(f"linalg.qr: mode={mode!r} is not supported for shape "
-                           f"{tuple(A.shape)} (only 'reduced' and 'complete')", user_site())
+                           f"{tuple(A.shape)} (only 'reduced', 'complete' and 'r')", user_site())
     return QRResult(*apply("linalg_qr.default", [A], {}))
 
 
