@@ -58,6 +58,8 @@ _SCIPY_LINALG = {
     "eigh": "np.linalg.eigh", "svd": "np.linalg.svd", "qr": "np.linalg.qr",
     "pinv": "np.linalg.pinv", "lstsq": "np.linalg.lstsq", "norm": "np.linalg.norm"}
 
-# (module, name, gradjit's implementation): the functions a trace swaps
-SCIPY_FUNCTIONS = [("scipy.special", "logsumexp", logsumexp)] + [
-    ("scipy.linalg", name, _refused(name, hint)) for name, hint in _SCIPY_LINALG.items()]
+# (module, name, gradjit's implementation): the functions a trace swaps; SCIPY_REFUSED
+# too, which are not traced (they raise naming themselves)
+SCIPY_FUNCTIONS = [("scipy.special", "logsumexp", logsumexp)]
+SCIPY_REFUSED = [("scipy.linalg", name, _refused(name, hint))
+                 for name, hint in _SCIPY_LINALG.items()]
