@@ -183,7 +183,7 @@ def test_qr_mode_r_and_module_tensordot(interpreted):
     L.qr(t2).R.sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), t2.grad.numpy())
     x, y = _rng.standard_normal((2, 3, 4)), _rng.standard_normal((4, 3, 5))
-    np.testing.assert_allclose(gj.tensordot(gj.tensor(x), gj.tensor(y), dims=([1, 2], [1, 0])).numpy(),
-                               np.tensordot(x, y, axes=([1, 2], [1, 0])))
+    got = gj.tensordot(gj.tensor(x), gj.tensor(y), dims=([1, 2], [1, 0]))
+    np.testing.assert_allclose(got.numpy(), np.tensordot(x, y, axes=([1, 2], [1, 0])))
     z = _rng.standard_normal((3, 4, 2))   # (a NumPy array beside a tensor: a constant)
     np.testing.assert_allclose(gj.tensordot(gj.tensor(x), z, 2).numpy(), np.tensordot(x, z, 2))
