@@ -37,6 +37,8 @@ def _call(node, args):
     if op == "linalg_eigh.default" and at["upper"]:   # Numba's eigh has only UPLO='L'
         bits = 64 if node.inputs[0].dtype == np.float64 else 32
         return f"la.eigh_upper{bits}({a})"
+    if op == "linalg_pinv.default":
+        return f"la.pinv({a}, {float(at['rcond'])!r})"
     if op == "linalg_svd.default":
         return f"la.svd({a}, {bool(at['full_matrices'])})"
     if op == "linalg_solve_triangular.default":

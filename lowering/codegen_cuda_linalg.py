@@ -176,7 +176,8 @@ def _pinv(e, node):
     U, s, Vt, nb, M, N, flip = _svd_core(e, node, False)
     out = node.outputs[0]
     X = _tmp(e, (nb,) + tuple(out.shape[-2:]), out.dtype)
-    _launch(e, "pinv_from_svd", [U, s, Vt, X, str(flip)], nb, node)
+    _launch(e, "pinv_from_svd", [U, s, Vt, X, str(flip), repr(float(node.attrs["rcond"]))],
+            nb, node)
     _out(e, out, X)
 
 

@@ -14,8 +14,8 @@ Contract
   reduced), Q formed from the reflectors (geqrf + orgqr).
 - eigh: cyclic Jacobi on the lower triangle (UPLO='L') or the upper one, eigenvalues ascending;
   svd: one-sided Jacobi, singular values descending; pinv from the SVD with
-  NumPy's cutoff (1e-15 x the largest singular value). Eigen- and singular
-  vectors are unique only up to sign (as with LAPACK, whose signs differ):
+  the op's cutoff (``rcond`` x the largest singular value; NumPy's 1e-15 by default).
+  Eigen- and singular vectors are unique only up to sign (as with LAPACK, whose signs differ):
   gradients of sign-invariant functions agree with the CPU.
 - Missing basis columns (svd with full_matrices, rank deficiency) are
   completed by Gram-Schmidt over the unit vectors.
@@ -404,12 +404,12 @@ def svd(A, W, U, s, Vt, transposed, nb):
 
 
 @cuda.jit(cache=True)
-def pinv_from_svd(U, s, Vt, X, transposed, nb):
-    """X = V diag(1/s, cut at 1e-15 max s) U^T (in W's orientation; transposed -> X^T)."""
+def pinv_from_svd(U, s, Vt, X, transposed, rcond, nb):
+    """X = V diag(1/s, cut at rcond max s) U^T (in W's orientation; transposed -> X^T)."""
     b = cuda.grid(1)
     if b < nb:
         m, k, n = U.shape[1], s.shape[1], Vt.shape[2]
-        cut = 1e-15 * s[b, 0] if k else 0.0
+        cut = rcond * s[b, 0] if k else 0.0
         for i in range(n):
             for j in range(m):
                 acc = 0.0

@@ -10,7 +10,8 @@ entries an op never reads get zero).
 
 Formulas (X' the transpose, G the incoming gradient, I the identity):
 - inv:  -X' G X'  with X = inv(A)
-- det:  G adj(A)' = G det(A) inv(A)', from the SVD near singular A (see _adjugate_t);
+- det:  G adj(A)' = G det(A) inv(A)', from cofactors (small n) or the SVD near singular A
+  (see _adjugate_t);
   slogdet: G_logabsdet inv(A)' (not finite at an exactly singular A, as torch)
 - solve: G_B = solve(A', G);  G_A = -G_B X'
 - solve_triangular (left):  G_B = solve_tri(A', G);  G_A = -tri(G_B X')
@@ -24,7 +25,8 @@ Formulas (X' the transpose, G the incoming gradient, I the identity):
   plus the parts of G_U, G_V outside the column spaces, F_ij = 1/(s_j^2 - s_i^2);
   full_matrices: the first k = min(m, n) columns of U and G_U (rows of Vh, G_Vh)
   only, as torch (the rest span an arbitrary basis of a complement)
-- pinv (constant rank): -X' G X' + (I - A X) G' X X' + X' X G' (I - X A)
+- pinv (constant rank): -X' G X' + (I - A X) G' X X' + X' X G' (I - X A); with a cutoff
+  rcond that drops nonzero singular values, the SVD formula of _pinv_truncated
 """
 from __future__ import annotations
 
@@ -71,16 +73,38 @@ def _near_singular(A, det):
     return det.abs() <= cols.prod(-1) * float(np.sqrt(np.finfo(A.dtype).eps))
 
 
+_COFACTOR_MAX_N = 6   # (the second-order graph holds n^2 (n-1)^2 minors: small n only)
+
+
+def _cofactors(A, n):
+    """adj(A)' entry by entry: (-1)^(i+j) det(A without row i and column j), the minors
+    cut out by constant selection matrices. Its derivative is the det op's again, on the
+    (n-1) x (n-1) minors: finite and exact at any rank (no SVD is differentiated)."""
+    if n == 1:
+        return A * 0 + 1
+    drop = np.stack([np.delete(np.eye(n, dtype=A.dtype), i, 0) for i in range(n)])  # (n, n-1, n)
+    rows = A._const(drop[:, None])                     # (n, 1, n-1, n): without row i
+    cols = A._const(np.swapaxes(drop, -1, -2)[None])   # (1, n, n, n-1): without column j
+    minors = rows @ A.unsqueeze(-3).unsqueeze(-3) @ cols   # (*, n, n, n-1, n-1)
+    sign = np.where(np.add.outer(np.arange(n), np.arange(n)) % 2, -1.0, 1.0).astype(A.dtype)
+    return apply("linalg_det.default", [minors], {}) * A._const(sign)
+
+
 def _adjugate_t(A, det):
     """adj(A)' = d det(A) / dA for any A: det(A) inv(A)' where A is well away from singular,
-    else from the SVD A = U S Vh: sign(det U det Vh) U diag(prod_{j != i} s_j) Vh (rank n-1:
-    nonzero; rank <= n-2: 0). Each branch reads a stand-in where the other one is taken
-    (I for inv; diag(1..n), distinct singular values, for svd), so neither fails nor feeds a
-    NaN into the second derivative through the branch not taken."""
+    else the cofactors (n <= _COFACTOR_MAX_N; their derivative is finite and exact at any
+    rank: the second derivative of det at rank <= n - 2 too), or for larger n the SVD
+    A = U S Vh: sign(det U det Vh) U diag(prod_{j != i} s_j) Vh (rank n-1: nonzero;
+    rank <= n-2: 0, whose derivative divides by equal singular values: NaN). Each branch
+    reads a stand-in where the other one is taken (I for inv; diag(1..n), distinct
+    singular values, for svd), so neither fails nor feeds a NaN into the second
+    derivative through the branch not taken."""
     n = A.shape[-1]
     eye = _eye(A, n)
     sing = _mat(_near_singular(A, det))
     regular = _mat(det) * _inv(where(sing, eye, A)).mT
+    if n <= _COFACTOR_MAX_N:
+        return where(sing, _cofactors(where(sing, A, eye), n), regular)
     spread = A._const(np.diag(np.arange(1, n + 1)).astype(A.dtype))
     U, S, Vh = apply("linalg_svd.default", [where(sing, A, spread)], {"full_matrices": False})
     sign = (apply("linalg_det.default", [U], {}) * apply("linalg_det.default", [Vh], {})).sign()
@@ -240,9 +264,59 @@ def svd_backward(grads, A, U, S, Vh, full_matrices=False):
     return out
 
 
-@helper
-def pinv_backward(grad, self, result):
-    X, A, G = result, self, grad
+def _pinv_constant_rank(G, A, X):
     T1 = G.mT @ (X @ X.mT)
     T2 = (X.mT @ X) @ G.mT
     return -(X.mT @ G @ X.mT) + (T1 - A @ (X @ T1)) + (T2 - (T2 @ X) @ A)
+
+
+def _pinv_truncated(G, A, X, rcond, m, n):
+    """The derivative of X = pinv_k(A) = h(A'A) A' (h(l) = 1/l above the cutoff, else 0)
+    when the dropped singular values are not zero: Daleckii-Krein for h over the
+    eigenpairs (v_i, l_i = s_i^2) of A'A: G_A = A (Z + Z') + G' X X' with
+    Z = V (H o V' W V) V', W = G A, H_ij h's divided difference: -1/(l_i l_j) (both kept),
+    1/(l_i (l_i - l_j)) (i kept, j not), 0 (neither), all finite (kept l exceed the
+    cutoff, dropped ones do not). V is the reduced SVD's; for n > m the null space of A
+    (l = 0, dropped) adds D W P + P W D, D = (X X')^2, P = I - V V' (a basis of it would
+    be an arbitrary completion, whose gradient the SVD does not give)."""
+    U, S, Vh = apply("linalg_svd.default", [A], {"full_matrices": False})
+    V = Vh.mT
+    keep, lam = S > S.amax(-1, keepdim=True) * rcond, S * S
+    li, lj, ki, kj = lam.unsqueeze(-1), lam.unsqueeze(-2), keep.unsqueeze(-1), keep.unsqueeze(-2)
+    both, cross, cross_t = ki & kj, ki & ~kj, ~ki & kj
+    one = lam._const(np.ones((), lam.dtype))
+    H = (where(both, -1 / where(both, li * lj, one), 0 * one)
+         + where(cross, 1 / where(cross, li * (li - lj), one), 0 * one)
+         + where(cross_t, 1 / where(cross_t, lj * (lj - li), one), 0 * one))
+    W = G @ A
+    Y = W + W.mT
+    Z2 = V @ (H * (V.mT @ Y @ V)) @ V.mT
+    h = X @ X.mT
+    if n > m:
+        D, P = h @ h, _eye(A, n) - V @ V.mT
+        Z2 = Z2 + D @ Y @ P + P @ Y @ D
+    return A @ Z2 + G.mT @ h
+
+
+@helper
+def pinv_backward(grad, self, result, rcond=1e-15):
+    """Constant rank (Golub-Pereyra, from X and A alone): exact where the singular values
+    pinv drops are 0, or below rounding (rcond <= 16 eps max(m, n), which NumPy's pinv and
+    lstsq defaults are). A larger rcond may drop nonzero singular values; the subspaces
+    they leave then turn with A, which _pinv_truncated's SVD formula follows. It is taken
+    only where |A - A X A| (the dropped part) is above rounding: elsewhere its SVD reads a
+    stand-in with distinct singular values, so repeated ones (A = I, exact rank
+    deficiency) feed no NaN into second derivatives."""
+    X, A, G = result, self, grad
+    m, n = A.shape[-2:]
+    low = _pinv_constant_rank(G, A, X)
+    tol = 16 * float(np.finfo(A.dtype).eps) * max(m, n)
+    if rcond <= tol or min(m, n) == 0:
+        return low
+    R = A - A @ (X @ A)
+    exact = _mat((R * R).sum((-2, -1)) <= (A * A).sum((-2, -1)) * (tol * tol))
+    k = min(m, n)
+    spread = np.zeros((m, n), A.dtype)   # (the SVD's backward is finite at distinct values)
+    spread[np.arange(k), np.arange(k)] = np.arange(k, 0, -1)
+    stand_in = where(exact, A._const(spread), A)
+    return where(exact, low, _pinv_truncated(G, stand_in, X, float(rcond), m, n))

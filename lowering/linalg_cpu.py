@@ -73,8 +73,8 @@ def eigh(a):
 
 
 @jit
-def pinv(a):
-    return np.linalg.pinv(a)
+def pinv(a, rcond):
+    return np.linalg.pinv(a, rcond)
 
 
 @jit

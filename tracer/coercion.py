@@ -54,7 +54,7 @@ from gradjit.tracer.hooks import HOOKS, Stand
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.rng_guard import global_draw
-from gradjit.tracer.scipy_functions import SCIPY_FUNCTIONS
+from gradjit.tracer.scipy_functions import SCIPY_FUNCTIONS, SCIPY_REFUSED
 from gradjit.tracer.trace import PENDING_STORE
 from gradjit.tracer.tracer_setitem import buffer
 
@@ -202,7 +202,7 @@ def _wrappers():
             out[name] = Stand(_first_arg(fn), fn)
     swaps = {(np, name): w for name, w in out.items()}
     swaps.update({(np.random, name): Stand(_draw(fn), fn) for name, fn in _global_draws()})
-    for module, name, impl in SCIPY_FUNCTIONS:   # (tracer/scipy_functions.py)
+    for module, name, impl in SCIPY_FUNCTIONS + SCIPY_REFUSED:   # (tracer/scipy_functions.py)
         mod = sys.modules.get(module)   # (imported by the caller, else nobody can call it)
         if mod is not None and callable(getattr(mod, name, None)):
             swaps[(mod, name)] = Stand(_traced_or(impl, getattr(mod, name)), getattr(mod, name))

@@ -13,7 +13,7 @@ Contract
 - Composites (no op of their own, differentiated through their parts):
   ``logdet`` = ``logabsdet + log(sign)`` (NaN for a negative determinant, as
   torch); ``cholesky_solve`` = two triangular solves; ``lstsq`` = ``pinv(A) @ B``
-  (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
+  with lstsq's cutoff (the minimum-norm solution, as NumPy's gelsd); ``matrix_norm`` from
   ``vector_norm``, ``amax``/``amin`` and ``svd``; ``svdvals`` the S of ``svd``.
 - Products (``mv`` ... ``einsum``) are re-exported from ``methods_linalg.py``.
 - ``qr``: ``mode='reduced'`` (any m, n; differentiable for wide matrices too,
@@ -131,14 +131,19 @@ def cholesky_solve(B, L, upper=False):
 
 
 def qr(A, mode="reduced"):
+    """torch's modes: 'reduced', 'complete', and 'r' (Q an empty tensor, R the reduced
+    one; unlike torch's, R here is differentiable: its gradient is the reduced QR's)."""
     _need("linalg.qr", A)
+    if mode == "r":
+        return QRResult(A._const(np.zeros((0,), A.dtype)),
+                        apply("linalg_qr.default", [A], {})[1])
     if mode == "complete" and A.shape[-2] <= A.shape[-1]:
         mode = "reduced"   # Q is square already: the same factorisation
     if mode == "complete":   # Q (m, m): a forward only (its yaml entry says why)
         return QRResult(*apply("linalg_qr.complete", [A], {}))
     if mode != "reduced":
         raise GradjitError(f"linalg.qr: mode={mode!r} is not supported for shape "
-                           f"{tuple(A.shape)} (only 'reduced' and 'complete')", user_site())
+                           f"{tuple(A.shape)} (only 'reduced', 'complete' and 'r')", user_site())
     return QRResult(*apply("linalg_qr.default", [A], {}))
 
 
@@ -168,9 +173,31 @@ def pinv(A):
     return apply("linalg_pinv.default", [A], {})
 
 
+def lstsq_cutoff(dtype, m, n, rcond):
+    """The relative cutoff of lstsq's singular values (NumPy / LAPACK gelsd): rcond, or
+    eps * max(m, n) when None; a negative rcond means eps (machine precision)."""
+    eps = float(np.finfo(dtype).eps)
+    if rcond is None:
+        return eps * max(m, n)
+    rcond = float(rcond)   # (a traced rcond raises here: the cutoff must be a number)
+    return eps if rcond < 0 else rcond
+
+
+def _known(x):
+    """The numbers of ``x`` when they are known now (an eager tensor), else None."""
+    return None if type(x).__name__ == "Tracer" or not hasattr(x, "data") else np.asarray(x.data)
+
+
 def lstsq(A, B, rcond=None):
-    """Minimum-norm least squares (any rank): solution = pinv(A) @ B; residuals (squared
-    2-norms of the columns of A X - B) when m > n and A has full column rank, else empty."""
+    """Minimum-norm least squares (any rank), as NumPy's lstsq and torch's gelsd driver:
+    singular values at or below ``rcond * max(S)`` (``rcond=None``: eps * max(m, n)) count
+    as zero, so solution = pinv_k(A) @ B (the ``linalg_pinv`` op with that cutoff, whose
+    gradient follows the truncation), rank = the count above the cutoff.
+    residuals (squared 2-norms of the columns of A X - B) exist only when m > n and A has
+    full column rank, a shape that depends on A's numbers: known for an eager tensor
+    (empty, shape (0,) / (*, 0), when any matrix is rank deficient, as torch); while
+    tracing they are not, so the residuals have shape (*, k) and are NaN where A turns out
+    rank deficient at run time (never a value for a problem with no residuals)."""
     A, B = _pair("linalg.lstsq", A, B)
     _need("linalg.lstsq", A)
     vec = B.ndim == A.ndim - 1
@@ -178,25 +205,37 @@ def lstsq(A, B, rcond=None):
     if Bm.shape[-2] != A.shape[-2]:
         raise ShapeError(f"linalg.lstsq: A {tuple(A.shape)} and B {tuple(B.shape)} do not match "
                          f"(rows {A.shape[-2]} != {Bm.shape[-2]})", user_site())
-    X = pinv(A) @ Bm
-    S = svdvals(A)
     m, n = A.shape[-2:]
-    tol = (np.finfo(A.dtype).eps * max(m, n)) if rcond is None else rcond
-    rank = (S > S.amax(-1, keepdim=True) * tol).sum(-1)
+    tol = lstsq_cutoff(A.dtype, m, n, rcond)
+    X = apply("linalg_pinv.default", [A], {"rcond": tol}) @ Bm
+    S = svdvals(A)
+    rank = (S > S.amax(-1, keepdim=True) * tol).sum(-1) if min(m, n) else \
+        A._const(np.zeros(A.shape[:-2], np.int64))
     r = ((A @ X - Bm) ** 2).sum(-2) if m > n else None
+    known = _known(rank)
+    if r is not None and known is not None and (known < n).any():
+        r = None
+    elif r is not None and known is None:   # traced: NaN where the rank is below n
+        r = apply("where.self", [(rank == n).unsqueeze(-1), r,
+                                 A._const(np.array(np.nan, A.dtype))], {})
+    if r is None:
+        r = A._const(np.zeros(tuple(A.shape[:-2]) + (0,), A.dtype))
     if vec:
         X = X.squeeze(-1)
-        r = r.squeeze(-1) if r is not None else None
+        r = r.squeeze(-1) if r.shape[-1] == 1 else r
     return LstsqResult(X, r, rank, S)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False):
     dims = norm_dims(dim, x.ndim, "linalg.vector_norm") or None
-    if ord == 0:
-        return (x != 0).to(x.dtype).sum(dims, keepdim=keepdim)
-    if not isinstance(ord, (int, float)) or (ord < 0 and ord != -math.inf):
-        raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number "
-                           f">= 0, inf or -inf)", user_site())
+    if not isinstance(ord, (int, float, np.integer, np.floating)) or math.isnan(ord):
+        raise GradjitError(f"linalg.vector_norm: ord={ord!r} is not supported (use a number, "
+                           f"inf or -inf)", user_site())
+    if ord == 0:   # the count of nonzeros (NaN counts), differentiable with a zero gradient
+        nonzero = x.sign().abs().nan_to_num(nan=1.0)   # (as torch's: sign's derivative is 0)
+        return nonzero.sum(dims, keepdim=keepdim)
+    if ord < 0 and ord != -math.inf:   # sum(|x|^ord)^(1/ord): 0 where an entry is 0
+        return (x.abs() ** float(ord)).sum(dims, keepdim=keepdim) ** (1.0 / ord)
     return apply("linalg_vector_norm.default", [x],
                  {"ord": float(ord), "dim": dims, "keepdim": bool(keepdim)})
 

@@ -34,6 +34,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer import linalg as L
+from gradjit.tracer.dispatch import apply
 from gradjit.tracer.einsum import sublist_form
 from gradjit.tracer.methods_index import stack
 from gradjit.tracer.methods_linalg import kron, tensordot
@@ -104,7 +105,15 @@ def cholesky(a, upper=False):
     return L.cholesky(symmetric_from_triangle(a, "U" if upper else "L"), upper=upper)
 
 
+def _axis_arg(axis):
+    """NumPy's norms take None, an int or a tuple (a list is refused, as NumPy does)."""
+    if axis is not None and not isinstance(axis, (tuple, numbers.Integral)):
+        raise TypeError(f"'axis' must be None, an integer or a tuple of integers, got "
+                        f"{axis!r}\n  at {user_site()}")
+
+
 def vector_norm(x, axis=None, keepdims=False, ord=2):
+    _axis_arg(axis)
     if axis is not None:
         return L.vector_norm(x, ord, axis, keepdims)
     out = L.vector_norm(x.reshape(-1), ord)
@@ -123,15 +132,18 @@ def solve(a, b):
 
 
 def lstsq(a, b, rcond=None):
+    """NumPy's lstsq: ``a`` 2-D, ``b`` 1-D or 2-D; the cutoff and the residuals' rule are
+    ``tracer/linalg.py``'s (residuals of shape (k,) only for m > n and rank n: NumPy's
+    empty array otherwise; while tracing a of rank < n, which is not known yet, gives NaN)."""
     a, b = operands(a, b, floating=True)
+    for x, name in ((a, "a"), (b, "b")):
+        if x.ndim > 2 or (x is a and x.ndim < 2):
+            raise np.linalg.LinAlgError(
+                f"np.linalg.lstsq: {x.ndim}-dimensional array given ({name} of shape "
+                f"{tuple(x.shape)}). Array must be two-dimensional\n  at {user_site()}")
     res = L.lstsq(a, b, rcond)
-    m, n = a.shape[-2:]
-    k = b.shape[-1] if b.ndim == a.ndim else 1
-    if m <= n or res.residuals is None:   # NumPy: no residuals (empty) unless m > n
-        residuals = np.zeros((0,), a.dtype)
-    else:   # (k,): one per column of b, (1,) for a vector b (full rank assumed: NumPy
-        #     returns none when the rank is below n, which is not known while tracing)
-        residuals = res.residuals.reshape((k,))
+    k = b.shape[-1] if b.ndim == 2 else 1
+    residuals = res.residuals.reshape((k if res.residuals.shape[-1:] != (0,) else 0,))
     return res.solution, residuals, res.rank.astype(np.int32), res.singular_values
 
 
@@ -160,16 +172,17 @@ _NO_RTOL = object()
 
 def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_RTOL):
     """NumPy's cutoff: singular values up to ``rcond`` (default 1e-15; ``rtol``: NumPy 2's
-    spelling) times the largest count as zero. The default non-hermitian case is the
-    ``linalg_pinv`` op; others are built from ``svd`` as NumPy builds them."""
+    spelling) times the largest count as zero. A non-hermitian matrix with one cutoff is the
+    ``linalg_pinv`` op (its gradient follows the cutoff); others are built from ``svd`` as
+    NumPy builds them."""
     (a,) = operands(a, floating=True)
     if rcond is None:
         rcond = 1e-15 if rtol is _NO_RTOL else (
             max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else rtol)
     elif rtol is not _NO_RTOL:
         raise ValueError("`rtol` and `rcond` can't be both set.")
-    if not hermitian and not hasattr(rcond, "_apply") and np.all(np.asarray(rcond) == 1e-15):
-        return L.pinv(a)
+    if not hermitian and not hasattr(rcond, "_apply") and np.ndim(rcond) == 0 and rcond >= 0:
+        return apply("linalg_pinv.default", [a], {"rcond": float(rcond)})
     u, s, vt = svd(a, full_matrices=False, hermitian=hermitian)
     cutoff = np.asarray(rcond)[..., None] * s.max(axis=-1, keepdims=True)
     large = s > cutoff
@@ -186,6 +199,7 @@ def qr(a, mode="reduced"):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = operands(x, floating=True)
+    _axis_arg(axis)
     # NumPy: an ord with no axis means every axis, a vector's or a matrix's norm only
     if isinstance(axis, (tuple, list)) and len(axis) > 2 or (
             axis is None and ord is not None and x.ndim not in (1, 2)):
@@ -342,13 +356,20 @@ def _linalg_outer(x1, x2, /):
 def _np_einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe",
                optimize=False):
     """np.einsum: ``optimize`` only chooses a contraction order (the result is the same);
-    ``dtype`` casts the operands; ``out=`` and a non-default ``order`` are refused."""
+    ``dtype`` casts the operands (a cast ``casting`` forbids raises NumPy's TypeError);
+    ``out=`` and a non-default ``order`` are refused."""
     if out is not None or order not in ("K", "C", "A"):
         raise UnsupportedError("np.einsum(..., out=/order=) is not supported on traced arrays",
                                user_site())
     if not isinstance(subscripts, str):   # the sublist form: einsum(a, [0, 1], b, [1, 2])
         subscripts, operands = sublist_form((subscripts,) + operands)
     if dtype is not None:
+        for i, o in enumerate(operands):   # NumPy's casting rule (default 'safe')
+            have = o.dtype if hasattr(o, "_apply") else np.asarray(o).dtype
+            if not np.can_cast(have, dtype, casting):
+                raise TypeError(f"Iterator operand {i} dtype could not be cast from "
+                                f"{have!r} to {np.dtype(dtype)!r} according to the rule "
+                                f"{casting!r}\n  at {user_site()}")
         operands = [o.astype(dtype) if hasattr(o, "_apply") else np.asarray(o, dtype)
                     for o in operands]
     return L.einsum(subscripts, *operands)

@@ -200,4 +200,5 @@ def _pinv_infer(types, attrs):
     return [(s[:-2] + (s[-1], s[-2]), dt)]
 
 
-defop("linalg_pinv(Tensor self) -> Tensor", K, _pinv_infer, np.linalg.pinv)
+defop("linalg_pinv(Tensor self, float rcond=1e-15) -> Tensor", K, _pinv_infer,
+      lambda a, rcond: np.linalg.pinv(a, rcond))

@@ -14,6 +14,9 @@ Contract
   ``keepdims``; it is the ``logsumexp`` op (max-shifted log of the sum of exponentials,
   gradient the softmax). ``b`` and ``return_sign=True`` raise ``UnsupportedError`` naming
   the function and the user's line.
+- ``scipy.linalg``'s functions (``expm``, ``solve_triangular``, ``inv`` ...) on a traced
+  value raise ``UnsupportedError`` naming the function (and NumPy's or gradjit's
+  traced equivalent where there is one), not an error from inside SciPy.
 """
 from __future__ import annotations
 
@@ -36,5 +39,27 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     return ReduceMethods.logsumexp(a, dims, keepdims)
 
 
-# (module, name, gradjit's implementation): the functions a trace swaps
+def _refused(name, hint):
+    """scipy.linalg.<name>: SciPy's own code would meet the traced value in a NumPy call
+    gradjit does not trace (expm: "'Tracer' object has no attribute 'flags'"); refuse it
+    by name instead, with the traced equivalent where there is one."""
+    def refuse(*args, **kwargs):
+        unsupported(f"scipy.linalg.{name}" + (f" (use {hint})" if hint else ""))
+    refuse.__name__ = name
+    return refuse
+
+
+_SCIPY_LINALG = {
+    "expm": None, "logm": None, "sqrtm": None, "funm": None, "expm_frechet": None,
+    "schur": None, "eig": None, "eigvals": None, "lu": None, "lu_factor": None,
+    "lu_solve": None, "cho_factor": None, "cho_solve": "gj.linalg.cholesky_solve",
+    "solve_triangular": "gj.linalg.solve_triangular", "inv": "np.linalg.inv",
+    "det": "np.linalg.det", "solve": "np.linalg.solve", "cholesky": "np.linalg.cholesky",
+    "eigh": "np.linalg.eigh", "svd": "np.linalg.svd", "qr": "np.linalg.qr",
+    "pinv": "np.linalg.pinv", "lstsq": "np.linalg.lstsq", "norm": "np.linalg.norm"}
+
+# (module, name, gradjit's implementation): the functions a trace swaps; SCIPY_REFUSED
+# too, which are not traced (they raise naming themselves)
 SCIPY_FUNCTIONS = [("scipy.special", "logsumexp", logsumexp)]
+SCIPY_REFUSED = [("scipy.linalg", name, _refused(name, hint))
+                 for name, hint in _SCIPY_LINALG.items()]

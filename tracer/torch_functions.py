@@ -1,4 +1,5 @@
-"""torch-style module functions: ``gj.add(a, b, alpha=2)``, ``gj.atan2(y, x)``, ``gj.einsum``.
+"""torch-style module functions: ``gj.add(a, b, alpha=2)``, ``gj.atan2(y, x)``, ``gj.einsum``,
+``gj.tensordot``.
 
 Contract: ``FUNCTIONS`` maps each torch-named method of the op surface
 (``ArrayOps``) to a function of the same name taking the tensor first, as
@@ -13,6 +14,7 @@ import numpy as np
 
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.einsum import einsum
+from gradjit.tracer.methods_linalg import tensordot
 
 # Methods that are not torch module functions (conversions, constructors, shape queries).
 _NOT_FUNCTIONS = {"to", "type_as", "astype", "float", "double", "view", "view_as", "reshape_as",
@@ -42,3 +44,4 @@ FUNCTIONS = {name: _function(name) for name in dir(ArrayOps)
              if not name.startswith("_") and name not in _NOT_FUNCTIONS
              and callable(getattr(ArrayOps, name)) and not isinstance(getattr(ArrayOps, name), property)}
 FUNCTIONS["einsum"] = einsum
+FUNCTIONS["tensordot"] = tensordot   # (torch.tensordot(a, b, dims=2); no tensor method)

@@ -6,7 +6,8 @@ Also batch_norm's running statistics under tracing (a functional-transform gap).
   exact cofactors and finite differences at rank n-1 and rank n-2 (exact and
   rounded), zero and regular matrices, batched with regular ones, in tensor
   mode and ``gj.grad``, interpreted and compiled; second order (Hessian-vector
-  products) at rank n-1 against finite differences of the adjugate. torch
+  products) at rank n-1 and rank <= n-2 (zero matrices) against finite differences of
+  the adjugate. torch
   agrees when it differentiates with ``create_graph=True`` (its SVD path);
   its plain first-order path gives 0 at exactly singular inputs, which is not
   the derivative (``test_det_gradient_against_torch`` shows both).
@@ -97,6 +98,31 @@ def test_det_second_order_at_rank_n_minus_1(executor, monkeypatch):
         (g,) = gj.autograd.grad([L.det(t)], [t], create_graph=True)
         (h,) = gj.autograd.grad([(g * V).sum()], [t])
         np.testing.assert_allclose(h.data, want, atol=1e-7, err_msg=f"{name} tensor mode")
+
+
+@pytest.mark.parametrize("executor", ["numpy", "numba"])
+def test_det_second_order_at_rank_n_minus_2_or_less(executor, monkeypatch):
+    """Rank <= n-2: adj(A) = 0, its derivative is not (2 x 2 zero: the constant Hessian of
+    a00 a11 - a01 a10). It went through the SVD's backward at repeated zero singular
+    values: NaN. Batched with a regular matrix, and in tensor mode."""
+    _use(monkeypatch, executor)
+    mats = [np.zeros((2, 2)), SINGULAR["rank1-exact"], SINGULAR["rank1-rounded"],
+            SINGULAR["zero"], np.diag([1.0, 0.0, 0.0])]
+    for A in mats:
+        V = _rng.standard_normal(A.shape)
+        first = gj.grad(lambda a: L.det(a))
+        got = gj.grad(lambda a: (first(a) * V).sum())(A)
+        want = numerical_grad(lambda a: _cofactor_t(a) * V, [A], 0)
+        np.testing.assert_allclose(got, want, atol=1e-7, err_msg=str(A))
+    h = gj.hessian(lambda a: L.det(a))(np.zeros((2, 2))).reshape(4, 4)
+    np.testing.assert_array_equal(h, [[0, 0, 0, 1], [0, 0, -1, 0], [0, -1, 0, 0], [1, 0, 0, 0]])
+    B = np.stack([SINGULAR["zero"], SINGULAR["regular"], SINGULAR["rank1-exact"]])
+    V = _rng.standard_normal(B.shape)
+    t = gj.tensor(B, requires_grad=True)
+    (g,) = gj.autograd.grad([L.det(t).sum()], [t], create_graph=True)
+    (h,) = gj.autograd.grad([(g * V).sum()], [t])
+    want = numerical_grad(lambda a: _cofactor_t(a) * V, [B], 0)
+    np.testing.assert_allclose(h.data, want, atol=1e-7)
 
 
 def test_det_gradient_against_torch(interpreted):

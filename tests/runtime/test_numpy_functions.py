@@ -446,6 +446,19 @@ def test_scipy_logsumexp(executor):
     assert sp.logsumexp is logsumexp and logsumexp(np.zeros(2)) == np.log(2.0)   # (restored)
 
 
+def test_scipy_linalg_on_a_traced_array_names_the_function(interpreted):
+    """scipy.linalg.expm met the Tracer inside SciPy ("no attribute 'flags'"), and
+    solve_triangular asked for its numbers: both name the function now."""
+    import scipy.linalg as sl
+    a = np.eye(3) * 0.1
+    with pytest.raises(UnsupportedError, match=r"scipy\.linalg\.expm is not supported") as e:
+        gj.grad(lambda a: sl.expm(a).sum())(a)
+    assert "test_numpy_functions.py" in str(e.value)
+    with pytest.raises(UnsupportedError, match=r"scipy\.linalg\.solve_triangular \(use gj"):
+        gj.grad(lambda a: sl.solve_triangular(a, np.ones(3)).sum())(a)
+    np.testing.assert_allclose(sl.expm(np.zeros((2, 2))), np.eye(2))   # (restored after)
+
+
 def test_functions_held_in_closures_and_defaults_are_swapped_too(executor):
     """SciPy's logsumexp (and NumPy's buffers) reached through a closure cell, a default or
     a keyword default, not a global name: SciPy's own code ran and met np.result_type."""

@@ -153,3 +153,37 @@ def test_singular_det_forward_and_logdet_of_negative(interpreted):
     assert np.isnan(L.logdet(gj.tensor(-np.eye(3))).item())       # det < 0: NaN, as torch
     s, l = L.slogdet(gj.tensor(-np.eye(3)))
     assert s.item() == -1.0 and l.item() == 0.0
+
+
+def test_vector_norm_ord_0_is_differentiable_with_zero_gradient(interpreted):
+    """As torch: the count of nonzeros requires grad (it was a bool sum, detached); its
+    gradient is zero. NaN counts as nonzero; a negative ord is sum(|x|^ord)^(1/ord)."""
+    t = gj.tensor(np.array([[1.0, 0.0, -2.0], [np.nan, 0.0, 0.0]]), requires_grad=True)
+    n = L.vector_norm(t, ord=0, dim=1)
+    assert n.requires_grad
+    np.testing.assert_array_equal(n.detach().numpy(), [2.0, 1.0])
+    n.sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.zeros((2, 3)))
+    v = gj.tensor(np.array([1.0, -2.0, 4.0]), requires_grad=True)
+    L.vector_norm(v, ord=-1).backward()
+    want = numerical_grad(lambda x: np.linalg.norm(x, -1), [v.detach().numpy()], 0)
+    np.testing.assert_allclose(v.grad.numpy(), want, rtol=1e-6)
+
+
+def test_qr_mode_r_and_module_tensordot(interpreted):
+    """torch's qr(mode='r'): (empty Q, reduced R) (it was refused); gj.tensordot was missing."""
+    for shape in ((4, 3), (2, 3, 5)):
+        x = _rng.standard_normal(shape)
+        Q, R_ = L.qr(gj.tensor(x), mode="r")
+        assert Q.shape == (0,)
+        np.testing.assert_allclose(R_.numpy(), L.qr(gj.tensor(x)).R.numpy())
+    t = gj.tensor(R, requires_grad=True)
+    L.qr(t, mode="r").R.sum().backward()
+    t2 = gj.tensor(R, requires_grad=True)
+    L.qr(t2).R.sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), t2.grad.numpy())
+    x, y = _rng.standard_normal((2, 3, 4)), _rng.standard_normal((4, 3, 5))
+    got = gj.tensordot(gj.tensor(x), gj.tensor(y), dims=([1, 2], [1, 0]))
+    np.testing.assert_allclose(got.numpy(), np.tensordot(x, y, axes=([1, 2], [1, 0])))
+    z = _rng.standard_normal((3, 4, 2))   # (a NumPy array beside a tensor: a constant)
+    np.testing.assert_allclose(gj.tensordot(gj.tensor(x), z, 2).numpy(), np.tensordot(x, z, 2))
