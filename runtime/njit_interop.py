@@ -97,6 +97,19 @@ def _njit_site():
     return None
 
 
+
+def _const(c):
+    """A stored constant as the compiled entry takes it: a 0-d one is a scalar of its dtype
+    (``np.ascontiguousarray`` made it shape (1,), which the entry's signature refused:
+    a TypingError from ``np.maximum(w, 0.0)``), any other a C array."""
+    return np.asarray(c).dtype.type(c) if np.ndim(c) == 0 else np.ascontiguousarray(c)
+
+
+def _const_arg(name, c):
+    """The call's argument for constant ``name``: a copy of an array (the entry may write
+    into its inputs), a scalar as it is."""
+    return name if np.ndim(c) == 0 else f"{name}.copy()"
+
 def _define(what, lines, names):
     """The functions of generated ``lines``, loaded the project's one way (tracer/gensrc.py)
     as a module of their own: each stand-in closes over one transform's compiled entries,
@@ -291,10 +304,10 @@ def _implement(t, entries, argtypes):
         ns[f"e{k}"] = native(exe.fn)
         extra = list(consts) + [exe.consts]
         for j, c in enumerate(extra):
-            ns[f"c{k}_{j}"] = np.ascontiguousarray(c)
+            ns[f"c{k}_{j}"] = _const(c)
         test = " and ".join(f"a{i}.shape == {tuple(s)}" for i, s in enumerate(shapes)) or "True"
         call_args = ", ".join([f"a{i}" for i in range(n)] +
-                              [f"c{k}_{j}.copy()" for j in range(len(extra))])
+                              [_const_arg(f"c{k}_{j}", c) for j, c in enumerate(extra)])
         lines += [f"    if {test}:", f"        r = e{k}({call_args})",
                   f"        return {_render(outputs)}"]
     msg = (f"{_name(t)}: called from @njit code with argument shapes it was not compiled for; "
@@ -324,11 +337,11 @@ def c_callable(t, examples):
                      *[types.CPointer(numba.from_dtype(v.dtype)) for v in outs])
     extra = list(consts) + [exe.consts]
     ns = {"e": native(exe.fn), "carray": numba.carray}
-    ns.update({f"c{j}": np.ascontiguousarray(c) for j, c in enumerate(extra)})
+    ns.update({f"c{j}": _const(c) for j, c in enumerate(extra)})
     ins = [f"p{i}" for i in range(len(shapes))]
     lines = [f"def c_entry({', '.join(ins + [f'q{k}' for k in range(len(outs))])}):"]
     lines += [f"    a{i} = carray(p{i}, {tuple(s)})" for i, s in enumerate(shapes)]
-    lines.append(f"    r = e({', '.join([f'a{i}' for i in range(len(shapes))] + [f'c{j}.copy()' for j in range(len(extra))])})")
+    lines.append(f"    r = e({', '.join([f'a{i}' for i in range(len(shapes))] + [_const_arg(f'c{j}', c) for j, c in enumerate(extra)])})")
     for k, (i, v) in enumerate(zip(leaves, outs)):
         lines.append(f"    q{k}[0] = r[{i}]" if v.ndim == 0 else
                      f"    carray(q{k}, {tuple(v.shape)})[...] = r[{i}]")

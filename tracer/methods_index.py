@@ -336,7 +336,9 @@ class IndexMethods:
         from gradjit.tracer.api import where
         m, n = self.shape[-2:]
         mask = ~np.tri(m, n, k - 1, dtype=bool) if upper else np.tri(m, n, k, dtype=bool)
-        return where(mask, self, 0)
+        # (a zero of self's dtype: an int 0 made a bool mask int64, where NumPy and torch
+        # keep bool: triu(ones(T, T, dtype=bool), 1) is attention's causal mask)
+        return where(mask, self, self._const(np.zeros((), self.dtype)))
 
     def tril(self, diagonal=0): return self._tri("tril", int(diagonal), False)
     def triu(self, diagonal=0): return self._tri("triu", int(diagonal), True)

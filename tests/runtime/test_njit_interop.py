@@ -220,3 +220,22 @@ def test_a_traced_value_passed_to_njit_code_says_what_to_write(interpreted):
         gj.grad(lambda x: (_twice(x) ** 2).sum())(np.ones(3))
     assert "test_njit_interop.py" in str(e.value) and "_twice(x)" in str(e.value)
     np.testing.assert_array_equal(_twice(np.ones(2)), [2.0, 2.0])   # (outside: as before)
+
+
+def test_zero_dimensional_constants_reach_njit_and_c_callers():
+    # (a ReLU's 0.0 or logaddexp's is a 0-d constant of the compiled entry: the @njit wrapper
+    # and the C callable passed it as shape (1,), a Numba TypingError)
+    import ctypes
+    w = np.array([0.5, -1.0, 2.0])
+    t = gj.grad(lambda w: (np.maximum(w, 0.0) + np.logaddexp(0.0, w)).sum())
+    d = t.compile_for(w)
+
+    @numba.njit
+    def step(w):
+        return w - 0.1 * d(w)
+
+    want = (w > 0) + 1 / (1 + np.exp(-w))
+    np.testing.assert_allclose(step(w), w - 0.1 * want, rtol=1e-13)
+    cf, out = t.cfunc(w), np.zeros(3)
+    cf.ctypes(*[a.ctypes.data_as(ctypes.POINTER(ctypes.c_double)) for a in (w, out)])
+    np.testing.assert_allclose(out, want, rtol=1e-13)

@@ -652,3 +652,16 @@ def test_compiled_matches_interpreted(monkeypatch):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     for k in range(2):
         np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-10, atol=1e-12)
+
+
+def test_triu_and_tril_keep_bool_and_integer_dtypes(executor):
+    # (the zero filled in was an int: a bool mask became int64, and masked_fill refused it)
+    b = np.ones((3, 3), bool)
+    for f in (lambda m: np.triu(m, 1), lambda m: np.tril(m), lambda m: np.triu(m.astype(np.int8))):
+        got, want = gj.jit(f)(b), f(b)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    causal = gj.triu(gj.ones(3, 3, dtype=gj.bool), diagonal=1)
+    assert causal.dtype == np.bool_
+    s = gj.tensor(np.zeros((3, 3))).masked_fill(causal, -np.inf)
+    np.testing.assert_array_equal(np.isinf(s.numpy()), np.triu(b, 1))
