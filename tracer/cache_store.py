@@ -335,7 +335,7 @@ def clear(disk=False):
     with _GUARD:
         _STORES.clear()
         _WARNED.clear()
-    if s is not None and s.writable:
+    if s is not None and s.writable and os.path.isdir(s.root):   # (deleted meanwhile: nothing)
         for name in os.listdir(s.root):
             if name != "key":
                 p = s.path(name)

@@ -1,5 +1,5 @@
 """torch-style module functions: ``gj.add(a, b, alpha=2)``, ``gj.atan2(y, x)``, ``gj.einsum``,
-``gj.tensordot``.
+``gj.tensordot``, ``gj.cdist``.
 
 Contract: ``FUNCTIONS`` maps each torch-named method of the op surface
 (``ArrayOps``) to a function of the same name taking the tensor first, as
@@ -45,3 +45,12 @@ FUNCTIONS = {name: _function(name) for name in dir(ArrayOps)
              and callable(getattr(ArrayOps, name)) and not isinstance(getattr(ArrayOps, name), property)}
 FUNCTIONS["einsum"] = einsum
 FUNCTIONS["tensordot"] = tensordot   # (torch.tensordot(a, b, dims=2); no tensor method)
+
+
+def cdist(x1, x2, p=2.0, compute_mode=None):
+    """``torch.cdist``: pairwise p-norm distances (``gj.nn.functional.cdist``)."""
+    from gradjit.tracer.nn_layers import cdist as pairwise   # (nn_layers imports the API)
+    return pairwise(x1, x2, p=p, compute_mode=compute_mode)
+
+
+FUNCTIONS["cdist"] = cdist

@@ -110,3 +110,18 @@ def test_memory_per_structure_beyond_the_bound(tmp_path):
     got = _bench().measure(5, 25, str(tmp_path), warm=10)
     assert got["compiles"] == 35 and got["evictions"] >= 60
     assert got["per_mib"] <= 1.4, got   # (unbounded, before: 2.5 MiB per structure)
+
+
+def test_clearing_a_disk_cache_that_was_deleted_meanwhile(monkeypatch, tmp_path):
+    # (gj.clear_cache(disk=True) raised FileNotFoundError from listing the dir)
+    import shutil
+    monkeypatch.setenv("GRADJIT_CACHE_DIR", str(tmp_path / "cache"))
+    gj.clear_cache()
+    try:
+        gj.grad(lambda x: (x * x).sum())(np.ones(2))
+        shutil.rmtree(tmp_path / "cache")
+        gj.clear_cache(disk=True)
+        np.testing.assert_allclose(gj.grad(lambda x: (x ** 3).sum())(np.ones(2)), [3.0, 3.0])
+    finally:
+        monkeypatch.undo()
+        gj.clear_cache()

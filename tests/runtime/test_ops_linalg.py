@@ -187,3 +187,12 @@ def test_qr_mode_r_and_module_tensordot(interpreted):
     np.testing.assert_allclose(got.numpy(), np.tensordot(x, y, axes=([1, 2], [1, 0])))
     z = _rng.standard_normal((3, 4, 2))   # (a NumPy array beside a tensor: a constant)
     np.testing.assert_allclose(gj.tensordot(gj.tensor(x), z, 2).numpy(), np.tensordot(x, z, 2))
+
+
+def test_module_cdist_as_torch(interpreted):
+    # (only gj.nn.functional.cdist existed; torch.cdist is a module function)
+    a, b = np.array([[0.0, 1.0], [2.0, 2.0]]), np.array([[1.0, 1.0], [0.0, 0.0], [3.0, 4.0]])
+    want = np.sqrt(((a[:, None] - b[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(gj.cdist(gj.tensor(a), gj.tensor(b)).numpy(), want)
+    np.testing.assert_allclose(gj.cdist(gj.tensor(a), gj.tensor(b), p=1).numpy(),
+                               np.abs(a[:, None] - b[None]).sum(-1))
