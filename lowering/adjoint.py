@@ -64,13 +64,16 @@ def attributed(graph, node):
         graph.site_override = None
 
 
-def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
+def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None, start=0):
+    """``start``: no node before ``graph.nodes[start]`` reads ``wrt`` (they were made
+    after it), so the sweeps skip them (forward mode linearises each node this way: a
+    sweep over the whole graph per node was quadratic in its length)."""
     from gradjit.lowering.adjoint_regions import RULES as regions   # (it calls adjoint)
     table = dict(entries(), **regions, **(rules or {}))
     n_forward = len(graph.nodes)
     # Forward sweep: which values depend differentiably on wrt.
     active = set(wrt)
-    for node in graph.nodes:
+    for node in graph.nodes[start:]:
         if any(v in active for v in node.inputs):
             entry = table.get(node.op)
             for i, v in enumerate(node.outputs):
@@ -88,7 +91,7 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None):
     for out, seed in zip(outputs, seeds):
         if seed is not None and out in active:
             accumulate(out, seed)
-    for node in reversed(graph.nodes[:n_forward]):
+    for node in reversed(graph.nodes[start:n_forward]):
         if on_grad is not None:
             for v in node.outputs:
                 if v in cot:

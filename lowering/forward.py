@@ -40,6 +40,7 @@ def _formula_tangent(entry, node, graph, ts):
 
 def _linearised(entry, node, graph, ts, rules):
     mask = [t is not None and v.dtype.kind == "f" for v, t in zip(node.inputs, ts)]
+    start = len(graph.nodes)   # (the VJP's nodes come after: only they read the us)
     us = []
     for v in node.outputs:
         u = graph.add_input(v.shape, v.dtype)  # any value: the VJP is linear in u
@@ -61,7 +62,7 @@ def _linearised(entry, node, graph, ts, rules):
     if total is None:
         return [None] * len(node.outputs)
     seed = apply("ones_like.default", [total], {})
-    return adjoint(graph, [total.value], [seed.value], us, rules)
+    return adjoint(graph, [total.value], [seed.value], us, rules, start=start)
 
 
 def tangents(graph, inputs, tangent_values, outputs, rules=None, forward_rules=None):

@@ -77,3 +77,29 @@ def test_jacfwd_equals_jacrev_compiled(rng):
         return np.tanh(x @ w).softmax(1)
 
     np.testing.assert_allclose(gj.jacfwd(f)(w), gj.jacrev(f)(w), rtol=1e-10, atol=1e-12)
+
+
+def test_linearising_a_node_sweeps_its_own_nodes_only(interpreted, monkeypatch):
+    # (each node without a forward formula ran the adjoint over the whole graph: jacfwd of a
+    # 32-step unrolled RK4 took 15.8 s to trace, quadratic in its length)
+    from gradjit.lowering import forward
+    swept, sizes, real = [], [], forward.adjoint
+
+    def counted(graph, outputs, seeds, wrt, rules=None, on_grad=None, start=0):
+        swept.append(len(graph.nodes) - start)
+        sizes.append(len(graph.nodes))
+        return real(graph, outputs, seeds, wrt, rules, on_grad, start)
+
+    monkeypatch.setattr(forward, "adjoint", counted)
+
+    def traj(th, y):
+        ys = []
+        for _ in range(12):
+            y = y + 0.1 * np.stack([th[0] * y[0] - y[0] * y[1], th[1] * y[0] * y[1] - y[1]])
+            ys.append(y)
+        return np.stack(ys)
+
+    th, y0 = np.array([1.0, 0.5]), np.array([1.5, 1.0])
+    jac = gj.jacfwd(traj)(th, y0)
+    np.testing.assert_allclose(jac, gj.jacrev(traj)(th, y0), rtol=1e-12)
+    assert swept and max(sizes) > 200 and max(swept) < 40
