@@ -61,6 +61,19 @@ def _plain(x):
 
 
 def _key(graph, name, pack_inputs):
+    # Memoised on the graph: a compile asks for it up to three times (tiering's
+    # ``stored``, the compiler's ``stored``, ``generated``), and hashing a long graph's
+    # structure is the costliest part of a warm load. The node count guards against a
+    # graph still being built.
+    memo_key = (name, bool(pack_inputs), len(graph.nodes), len(graph.outputs),
+                os.environ.get("GRADJIT_FAST_MATH", "1"))
+    memo = graph.__dict__.setdefault("_plan_keys", {})
+    if memo_key not in memo:
+        memo[memo_key] = _compute_key(graph, name, pack_inputs)
+    return memo[memo_key]
+
+
+def _compute_key(graph, name, pack_inputs):
     if not all(_plain(v) for n in graph.nodes for v in n.attrs.values()):
         return None
     k = graph.key()
