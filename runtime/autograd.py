@@ -155,6 +155,21 @@ def _across(wrt, grads, crossings, retain_graph, create_graph):
     return out
 
 
+def _batched_with_graph(roots, wrt, seeds, retain_graph, allow_unused, materialize_grads):
+    """``is_grads_batched`` with ``create_graph``: one differentiable backward per row of
+    the seeds, stacked. The batched plan computes numbers, not a graph; a row at a time
+    records each row's history (as torch's vmap fallback does), so the result has one."""
+    from gradjit.tracer.methods_index import stack
+    n = seeds[0].shape[0]
+    rows = []
+    for k in range(n):
+        rows.append(grad(roots, wrt, [s[k] for s in seeds],
+                         retain_graph=True if k < n - 1 else retain_graph, create_graph=True,
+                         allow_unused=allow_unused, materialize_grads=materialize_grads))
+    return tuple(None if rows[0][j] is None else stack([r[j] for r in rows])
+                 for j in range(len(wrt)))
+
+
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          only_inputs=True, allow_unused=None, is_grads_batched=False, materialize_grads=False):
     if not only_inputs:
@@ -175,8 +190,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not isinstance(t, Tensor) or not t.requires_grad:
             raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require "
                                f"grad")
-    if is_grads_batched and create_graph:
-        raise NotImplementedError("is_grads_batched=True with create_graph=True is not supported")
+    if is_grads_batched and create_graph and seeds[0].shape[0]:
+        return _batched_with_graph(roots, wrt, seeds, retain_graph, allow_unused,
+                                   materialize_grads)
     crossings = []
     with set_grad_enabled(create_graph):
         _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,

@@ -784,3 +784,33 @@ def test_grad_accumulates_into_the_same_tensor_as_torch():
     y.backward()
     assert x.grad is first
     np.testing.assert_allclose(first.data, [4.0, 8.0])
+
+
+def test_is_grads_batched_with_create_graph_is_differentiable(interpreted, rng):
+    # torch allows it (its vmap fallback); each row's history is kept, so the Jacobian
+    # rows it returns can be differentiated again.
+    x0 = rng.normal(size=3)
+
+    def jac_sum(x0, batched):
+        x = leaf(x0)
+        y = (x ** 3).sum() * x
+        if batched:
+            (J,) = A.grad(y, x, grad_outputs=gj.tensor(np.eye(3)), is_grads_batched=True,
+                          create_graph=True)
+        else:
+            J = gj.stack([A.grad(y, x, grad_outputs=gj.tensor(e), create_graph=True,
+                                 retain_graph=True)[0] for e in np.eye(3)])
+        (J * gj.tensor(np.arange(9.0).reshape(3, 3))).sum().backward()
+        return J.data, x.grad.data
+
+    J, gx = jac_sum(x0, True)
+    J_ref, gx_ref = jac_sum(x0, False)
+    s = (x0 ** 3).sum()
+    np.testing.assert_allclose(J, 3 * np.outer(x0, x0 ** 2) + s * np.eye(3), rtol=1e-12)
+    np.testing.assert_allclose(J, J_ref, rtol=1e-12)
+    np.testing.assert_allclose(gx, gx_ref, rtol=1e-12)
+    # finite differences of the weighted Jacobian sum, as a second oracle
+    W = np.arange(9.0).reshape(3, 3)
+    F = lambda x: (W * (3 * np.outer(x, x ** 2) + (x ** 3).sum() * np.eye(3))).sum()
+    fd = [(F(x0 + h) - F(x0 - h)) / 2e-6 for h in np.eye(3) * 1e-6]
+    np.testing.assert_allclose(gx, fd, rtol=1e-6)
