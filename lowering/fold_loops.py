@@ -53,6 +53,7 @@ MIN_NODES = 256   # nodes a run must span: smaller unrolled runs compile about a
 # folded 0.68 s at each, and no slower per call at 16 to 1e5 states). Steps with a
 # matmul, a reduction or a kernel split into loops per step, which the roller rolls.
 MIN_NODES_FUSING = 32
+MAX_MULTIPLE = 8   # a step tried as up to this many copies of the shortest repeat found
 _FUSING_KINDS = ("elementwise", "shape")
 _VARYING = {"slice.Tensor": ("start", "end")}   # attributes a step may vary (x[t])
 # ... and a Python number a float op takes (``h * t``): the op on a per-step 0-d value of
@@ -101,11 +102,11 @@ def _fold_runs(graph, roots, since):
             i += 1
             continue
         p, t = run
-        try:
-            size, new = _fold(graph, i, p, t, roots)
-        except _Reject:   # left unrolled; its rotations would fail alike: skip the run
+        folded = _fold_multiple(graph, i, p, t, roots)
+        if folded is None:   # left unrolled; its rotations would fail alike: skip the run
             i += p * t
             continue
+        size, new = folded
         moved.update({k: new.get(v, v) for k, v in moved.items()})
         moved.update({k: v for k, v in new.items() if k not in moved})
         roots = [moved.get(r, r) for r in roots]
@@ -113,6 +114,20 @@ def _fold_runs(graph, roots, since):
         nxt = next_same(ids)
         i += size
     return moved
+
+
+def _fold_multiple(graph, s, p, t, roots):
+    """``_fold`` of the run, or else of its period taken 2, 3, ... ``MAX_MULTIPLE`` times:
+    a step may repeat a shorter sequence (a midpoint or RK step evaluates the same
+    right-hand side at each stage), whose copies are not themselves steps."""
+    for m in range(1, MAX_MULTIPLE + 1):
+        if t // m < MIN_STEPS:
+            break
+        try:
+            return _fold(graph, s, p * m, t // m, roots)
+        except _Reject:
+            continue
+    return None
 
 
 def _fold(graph, s, p, t, roots):
@@ -184,12 +199,24 @@ def _classify(graph, us, where, before, j):
         return ("inv", us[0])
     if all(u in before and u in graph.constants for u in us):
         arrays = [graph.constants[u] for u in us]
-        a0 = arrays[0]   # (equal bits: -0.0 is not 0.0, a NaN is itself)
-        if all(a.shape == a0.shape and a.dtype == a0.dtype and a.tobytes() == a0.tobytes()
-               for a in arrays):
+        if all(_same_constant(a, arrays[0]) for a in arrays):
             return ("inv", us[0])
         return ("const", us)
     raise _Reject
+
+
+def _same_constant(a, b):
+    # (equal bits: -0.0 is not 0.0, a NaN is itself)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def _same_value(graph, u, v):
+    """``u`` and ``v`` hold the same numbers: one value, or two captured constants with
+    equal contents. A NumPy array the program reads at several places is captured at
+    each (a loop whose first state is a NumPy array reads it in every stage of its first
+    step: an RK4 solver's four), so its copies must count as one first value."""
+    return u is v or (u in graph.constants and v in graph.constants
+                      and _same_constant(graph.constants[u], graph.constants[v]))
 
 
 def _affine_slice(steps, j):
@@ -211,7 +238,7 @@ def _rewrite(graph, s, p, t, steps, feeds, outside):
                             key=lambda kv: kv[0]):
         if f[0] == "carry":
             key = (f[1], f[2])
-            if key in carry_in and carry_in[key][1] is not f[3]:
+            if key in carry_in and not _same_value(graph, carry_in[key][1], f[3]):
                 raise _Reject   # one carried value, two different first values
             carry_in.setdefault(key, (None, f[3]))
     carries = list(carry_in)

@@ -66,7 +66,7 @@ def _key(graph, name, pack_inputs):
     # structure is the costliest part of a warm load. The node count guards against a
     # graph still being built.
     memo_key = (name, bool(pack_inputs), len(graph.nodes), len(graph.outputs),
-                os.environ.get("GRADJIT_FAST_MATH", "1"))
+                os.environ.get("GRADJIT_FAST_MATH", "1"), _code_hash())
     memo = graph.__dict__.setdefault("_plan_keys", {})
     if memo_key not in memo:
         memo[memo_key] = _compute_key(graph, name, pack_inputs)
