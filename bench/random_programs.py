@@ -8,7 +8,11 @@
 
 Each program (tests/random_programs/generator.py) is a short random NumPy function of
 1-3 float64 arrays ending in a scalar loss. gradjit's ``jit`` value must equal NumPy's
-and its ``grad`` w.r.t. every input must equal central finite differences. A
+and its ``grad`` w.r.t. every input must equal central finite differences. On the
+interpreter, a program of two or more inputs runs again with one input read from
+outside the function (a dict, list, attribute, global, closure cell or array changed in
+place: tests/random_programs/outside.py), changed between two calls of one ``jit`` and
+one ``grad``: both calls must match the state they saw. A
 ``gj.GradjitError`` is a refusal (counted and grouped by message); any other exception
 is a crash; a wrong number is a failure. Programs whose finite differences are unstable
 (a kink nearby) are discarded and replaced. Program ``k`` of a run is drawn from seed

@@ -94,3 +94,23 @@ def test_programs_render_to_source_that_numpy_runs_step_by_step():
         again = sum(float((np.asarray(ns[n]) * eval(w, {"np": np})).sum()) for n, w in prog.loss_terms)
         assert np.isclose(value, again, rtol=1e-12, atol=1e-12)
         assert "def f(" in prog.repro() and "gj.grad(f" in prog.repro()
+
+
+def test_the_outside_stage_catches_a_stale_capture(monkeypatch):
+    """The outside-state stage (outside.py) for every kind of holder: it passes, and it
+    reports a wrong number when gradjit would keep the value captured at the first call
+    (guards switched off)."""
+    from gradjit.runtime import transforms
+    from .generator import oracle
+    from .outside import KINDS, check_outside
+    prog = next(p for p in (random_program(s) for s in range(200))
+                if len(p.inputs) >= 2 and p.steps and "assign" not in " ".join(p.features)
+                and oracle(p).stable)
+    orc = oracle(prog)
+    with executor("numpy"):
+        for kind in KINDS:
+            assert check_outside(prog, orc, kind) is None, kind
+        monkeypatch.setattr(transforms, "guards_for", lambda fn, statics, consts: None)
+        for kind in KINDS:
+            out = check_outside(prog, orc, kind)
+            assert out is not None and out.kind == "wrong", (kind, out)
