@@ -16,6 +16,7 @@ import numpy as np
 
 from gradjit.tracer.api import UNARY_UFUNCS, ArrayOps, apply, binary, matmul
 from gradjit.tracer.dispatch import NUMPY_CALL
+from gradjit.tracer.registry import GradjitRuntimeError
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer import numpy_reduce as nm
 from gradjit.tracer import numpy_ufunc_methods
@@ -44,9 +45,37 @@ def _array_ufunc(ufunc, method, inputs, kwargs):
     if method != "__call__":   # reduce, accumulate, outer, at (tracer/numpy_ufunc_methods.py)
         return _fresh(numpy_ufunc_methods.call(ufunc, method, fn, list(inputs), dict(kwargs),
                                                _ufunc_name(ufunc)))
+    out = kwargs.pop("out", None) if fn is not None else None
     if fn is None or kwargs:
         _unsupported(_ufunc_name(ufunc) + (f" with {sorted(kwargs)}" if kwargs else ""))
-    return _fresh(conform(ufunc, inputs, fn))   # NumPy's result dtype (tracer/ufunc_dtypes.py)
+    res = _fresh(conform(ufunc, inputs, fn))   # NumPy's result dtype (tracer/ufunc_dtypes.py)
+    return res if out is None else _into(ufunc, res, out)
+
+
+def _into(ufunc, res, out):
+    """``out=``: the result written into the given arrays (``x += y`` on a NumPy array,
+    ``np.add(a, b, out=a)``), which are returned, as NumPy does. A traced buffer takes the
+    write as any assignment (tracer/tracer_setitem.py, a Tensor's in-place rules); a NumPy
+    array refuses a traced value with the assignment's own error. Casting is NumPy's
+    ``same_kind``: a float result is not written into an integer array."""
+    outs = out if isinstance(out, tuple) else (out,)
+    results = res if isinstance(res, tuple) else (res,)
+    if len(outs) != len(results):
+        raise ValueError(f"{_ufunc_name(ufunc)}: 'out' must have {len(results)} array(s), "
+                         f"got {len(outs)}")
+    for o, r in zip(outs, results):
+        if o is None:
+            continue
+        if not np.can_cast(r.dtype, o.dtype, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {r.dtype!r} to "
+                            f"{np.dtype(o.dtype)!r} with casting rule 'same_kind'")
+        if getattr(r, "requires_grad", False) and not isinstance(o, ArrayOps):
+            # (as torch: its out= functions refuse an input that requires grad)
+            raise GradjitRuntimeError(f"{_ufunc_name(ufunc)}(..., out=...): the result requires "
+                               f"grad, and a NumPy array given as out= cannot carry it; "
+                               f"write into a tensor, or drop out=", user_site())
+        o[...] = r
+    return outs[0] if len(outs) == 1 else outs
 
 
 def _ufunc_name(ufunc):

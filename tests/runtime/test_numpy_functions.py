@@ -609,8 +609,8 @@ def test_errors_name_the_function(interpreted):
         np.linspace(t, t, -1)
     with pytest.raises(TypeError, match="numpy boolean subtract"):
         np.ptp(t > 0)
-    with pytest.raises(UnsupportedError, match="np.isnan"):
-        np.isnan(t, out=np.zeros((3, 4), bool))
+    out = np.zeros((3, 4), bool)   # (a NumPy out= takes a result needing no gradient)
+    assert np.isnan(t, out=out) is out and not out.any()
     with pytest.raises(TypeError, match="ufunc 'bitwise_and' not supported for the input types"):
         np.bitwise_and(gj.tensor(INTS), t)   # (NumPy's own refusal: a float operand)
     with pytest.raises(gj.ShapeError, match=r"np.stack: .* same shape, got \[\(3, 4\), \(4,\)\]"):
@@ -665,3 +665,34 @@ def test_triu_and_tril_keep_bool_and_integer_dtypes(executor):
     assert causal.dtype == np.bool_
     s = gj.tensor(np.zeros((3, 3))).masked_fill(causal, -np.inf)
     np.testing.assert_array_equal(np.isinf(s.numpy()), np.triu(b, 1))
+
+
+def test_ufunc_out_writes_into_the_buffer_and_returns_it():
+    """``out=`` (``np.add(a, b, out=a)``, ``x += y`` on an array made in the function): the
+    result is written into the buffer, which is returned, as NumPy; the gradient flows
+    through the write."""
+    x, y = r(3), r(3)
+
+    def f(x, y):
+        b = np.zeros(3)
+        got = np.multiply(x, y, out=b)
+        c = x * 1.0
+        np.add(c, y, out=c)
+        d = np.sin(c, out=c)
+        a = np.ones(3)
+        a += x                       # (NumPy: np.add(a, x, out=a))
+        return (b * d).sum() + (a ** 2).sum() + float(got is b) + float(d is c)
+
+    assert np.isclose(gj.jit(f)(x, y), f(x, y), rtol=1e-13)
+    for k in (0, 1):
+        np.testing.assert_allclose(gj.grad(f, argnums=k)(x, y), numerical_grad(f, (x, y), k),
+                                   rtol=1e-7, atol=1e-9)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\('float64'\)"):
+        gj.jit(lambda x: np.add(np.arange(3), x, out=np.arange(3)).sum())(x)
+    t = gj.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"np.exp\(\.\.\., out=\.\.\.\): the result requires grad"):
+        np.exp(t, out=np.zeros(3))
+    u = t * 1.0
+    assert np.exp(t, out=u) is u
+    u.sum().backward()
+    np.testing.assert_allclose(t.grad.data, np.exp(x), rtol=1e-13)
