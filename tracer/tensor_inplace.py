@@ -24,17 +24,13 @@ Contract
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
-from gradjit.tracer import tape
+from gradjit.tracer import tape, tensor_views as views
+from gradjit.tracer.dispatch import norm_dim
 from gradjit.tracer.advanced_index import torch_split
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_recording, is_inference_mode_enabled
-
-
-_SLICES = weakref.WeakValueDictionary()   # id -> each live tensor made by basic indexing
 
 
 def _basic(index):
@@ -43,13 +39,9 @@ def _basic(index):
                and not isinstance(i, bool) for i in items)
 
 
-def _check_not_a_slice(t, example):
-    if _SLICES.get(id(t)) is t:
-        raise RuntimeError(f"{example} on a slice of another tensor: in torch it changes y "
-                           f"through the view, but gradjit's tensor slices are copies, so y "
-                           f"would silently keep its old values. Assign into y instead "
-                           f"(y[1:] = y[1:] + x, differentiable), or call .clone() on the "
-                           f"slice to make the copy explicit")
+def _norm_index(index):
+    items = index if isinstance(index, tuple) else (index,)
+    return tuple(int(i) if isinstance(i, np.integer) else i for i in items)
 
 
 def _tensor_class():
@@ -62,16 +54,91 @@ class InplaceMethods:
 
     __slots__ = ()
 
+    # -- views (tracer/tensor_views.py) ------------------------------------------------
     def __getitem__(self, index):
-        out = super().__getitem__(index)
-        if out is not self and _basic(index):
-            _SLICES[id(out)] = out
-        return out
+        with views.quiet():
+            out = super().__getitem__(index)
+        return views.register(self, out, ("getitem", (_norm_index(index),))) \
+            if _basic(index) else out
+
+    def reshape(self, *shape, **kw):
+        with views.quiet():
+            out = super().reshape(*shape, **kw)
+        if out is self or views.is_quiet() or not views.reshape_is_view(self, out.shape):
+            return out   # (a copy, as torch's reshape of a tensor it cannot view)
+        return views.register(self, out, ("reshape", (out.shape,)))
+
+    def view(self, *shape, **kw):
+        with views.quiet():
+            out = super().reshape(*shape, **kw)
+        if out is self or views.is_quiet():
+            return out
+        if not views.reshape_is_view(self, out.shape):
+            raise RuntimeError(f"view size is not compatible with input tensor's size and stride "
+                               f"(at least one dimension spans across two contiguous subspaces). "
+                               f"Use .reshape(...) instead. (shape {list(self.shape)} to "
+                               f"{list(out.shape)})")
+        return views.register(self, out, ("reshape", (out.shape,)))
+
+    def squeeze(self, dim=None):
+        out = super().squeeze(dim)
+        return views.register(self, out, ("reshape", (out.shape,)))
+
+    def unsqueeze(self, dim):
+        out = super().unsqueeze(dim)
+        return views.register(self, out, ("reshape", (out.shape,)))
+
+    def permute(self, *dims, **kw):
+        out = super().permute(*dims, **kw)
+        if out is self:
+            return out
+        return views.register(self, out, ("permute", (_perm_of(self, dims, kw),)))
+
+    def transpose(self, dim0, dim1):
+        out = super().transpose(dim0, dim1)
+        return views.register(self, out, ("transpose", (dim0, dim1)))
+
+    swapaxes = transpose
+
+    def t(self):
+        out = super().t()
+        return views.register(self, out, ("t", ()))
+
+    def expand(self, *size, **kw):
+        out = super().expand(*size, **kw)
+        return views.register(self, out, ("expand", (out.shape,)))
+
+    broadcast_to = expand
+
+    def narrow(self, dim, start, length):
+        with views.quiet():
+            out = super().narrow(dim, start, length)
+        d = norm_dim(int(dim), self.ndim, "narrow")
+        start = int(start) + (self.shape[d] if start < 0 else 0)
+        index = (slice(None),) * d + (slice(start, start + int(length)),)
+        return views.register(self, out, ("getitem", (index,)))
+
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        out = super().diagonal(offset, dim1, dim2)
+        return views.register(self, out, ("diagonal", (offset, dim1, dim2)))
+
+    def split(self, split_size_or_sections=None, dim=0, *, split_size=None):
+        with views.quiet():
+            outs = super().split(split_size_or_sections, dim, split_size=split_size)
+        d, off = norm_dim(int(dim), self.ndim, "split"), 0
+        for out in outs:
+            n = out.shape[d]
+            index = (slice(None),) * d + (slice(off, off + n),)
+            views.register(self, out, ("getitem", (index,)), multi=len(outs) > 1)
+            off += n
+        return outs
 
     def _inplace(self, result):
         """Write ``result`` (computed out of place, recorded with edges to the old self)
         into this tensor's array and make this tensor the output of that node."""
-        _check_not_a_slice(self, "an in-place operation (y[1:].add_(x), v = y[1:]; v += x)")
+        v = views.info(self)
+        if v is not None:   # a view: the base is rewritten, and the view re-derived from it
+            return views.write_view(self, v, result)
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         if self._inference and not is_inference_mode_enabled():
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
@@ -92,6 +159,7 @@ class InplaceMethods:
             fn.versions[result._index] = (self._box, self._box[0])
             _move_retain(self, fn, result._index)
             self.grad_fn, self._index, self._requires_grad = fn, result._index, True
+        views.refresh(self)
         return self
 
     def _apply_inplace(self, fn, name, *others):
@@ -178,37 +246,53 @@ class InplaceMethods:
         integer arrays, masks; the last write wins on repeats), ints applied first as
         torch's (``torch_split``). On a tensor with history
         or a value that requires grad it is a recorded, differentiable in-place op:
-        gradients flow to the untouched part of ``x`` and to ``value``."""
+        gradients flow to the untouched part of ``x`` and to ``value``. On a view it
+        writes through to the base (tracer/tensor_views.py)."""
         Tensor = _tensor_class()
-        _check_not_a_slice(self, "an assignment (v = y[1:]; v[0] = 1.0)")
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         index = _concrete_index(index, Tensor)
-        split = torch_split(index)   # (ints first, as torch: x[1, :, [1, 4]] is (4, 2) there)
         v = value if isinstance(value, Tensor) else None
         if not (is_recording() and (self._requires_grad or (v is not None and v._requires_grad))):
+            if views.info(self) is not None:   # (through the base: a view's array may be a copy)
+                new = Tensor(np.array(self.data, copy=True))
+                new.__setitem__(index, value)
+                self._inplace(new)
+                return
+            split = torch_split(index)
             if split is None:
                 self.data[index] = np.asarray(getattr(value, "data", value))
             else:
                 self.data[split[0]][split[1]] = np.asarray(getattr(value, "data", value))
             self._box[0] += 1
+            views.refresh(self)
             return
         self._check_inplace("__setitem__")
+        self._inplace(self._assigned(index, value))
+
+    def _assigned(self, index, value):
+        """This tensor with ``value`` assigned at ``index``, out of place (recorded)."""
+        Tensor = _tensor_class()
         from gradjit.tracer.api import apply, where
+        index = _concrete_index(index, Tensor)
+        split = torch_split(index)   # (ints first, as torch: x[1, :, [1, 4]] is (4, 2) there)
+        v = value if isinstance(value, Tensor) else None
         n = self.data.size
         pos = np.arange(n).reshape(self.shape)
         pos = pos[index] if split is None else pos[split[0]][split[1]]
         flat_pos = np.asarray(pos).reshape(-1)
         targets, first_rev = np.unique(flat_pos[::-1], return_index=True)
         keep = (len(flat_pos) - 1 - first_rev).astype(np.int64)  # last occurrence of each target
-        v = (v if v is not None else Tensor(np.asarray(value))).to(self.dtype)
-        vals = v.expand(np.shape(pos)).reshape(-1)
-        if len(keep) != len(flat_pos) or np.any(keep != np.arange(len(keep))):
-            vals = apply("index_select.default", [vals, Tensor(keep)], {"dim": 0})
-        placed = apply("index_add.default", [Tensor(np.zeros(n, self.dtype)),
-                                             Tensor(targets.astype(np.int64)), vals], {"dim": 0})
-        mask = np.zeros(n, np.bool_)
-        mask[targets] = True
-        self._inplace(where(Tensor(mask), placed, self.reshape(-1)).reshape(self.shape))
+        with views.quiet():
+            v = (v if v is not None else Tensor(np.asarray(value))).to(self.dtype)
+            vals = v.expand(np.shape(pos)).reshape(-1)
+            if len(keep) != len(flat_pos) or np.any(keep != np.arange(len(keep))):
+                vals = apply("index_select.default", [vals, Tensor(keep)], {"dim": 0})
+            placed = apply("index_add.default", [Tensor(np.zeros(n, self.dtype)),
+                                                 Tensor(targets.astype(np.int64)), vals],
+                           {"dim": 0})
+            mask = np.zeros(n, np.bool_)
+            mask[targets] = True
+            return where(Tensor(mask), placed, self.reshape(-1)).reshape(self.shape)
 
     __iadd__ = add_
     __isub__ = sub_
@@ -245,6 +329,12 @@ def _move_retain(t, fn, index):
     table = fn.retains = fn.retains or {}
     table[index] = ref
     tape.mark_special(fn)
+
+
+def _perm_of(t, dims, kw):
+    from gradjit.tracer.dispatch import sizes_arg
+    dims = sizes_arg("permute", dims, kw.get("dims"), {})
+    return tuple(norm_dim(int(d), t.ndim, "permute") for d in dims)
 
 
 def _concrete_index(index, Tensor):
