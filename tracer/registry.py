@@ -40,22 +40,27 @@ class Site:
     """A user source line. ``op`` names the forward op when the line is attributed to a
     backward node (so anomaly errors can say which forward op produced a NaN)."""
 
-    __slots__ = ("filename", "lineno", "op")
+    __slots__ = ("filename", "lineno", "op", "via")
 
-    def __init__(self, filename, lineno, op=None):
+    def __init__(self, filename, lineno, op=None, via=None):
         self.filename = filename
         self.lineno = lineno
         self.op = op
+        self.via = via   # the library line the traced value met, when the user's called it
 
     def for_op(self, op):
-        return Site(self.filename, self.lineno, op)
+        return Site(self.filename, self.lineno, op, self.via)
 
     @property
     def text(self):
         return linecache.getline(self.filename, self.lineno).strip()
 
     def __str__(self):
-        return f'File "{self.filename}", line {self.lineno}: {self.text}'
+        head = f'File "{self.filename}", line {self.lineno}: {self.text}'
+        if self.via is None:
+            return head
+        return (f"{head}\n    (inside library code gradjit does not trace: {self.via}; "
+                f"gradjit traces your own code and the NumPy functions it lists)")
 
 
 _OURS_CACHE = {}   # file name -> is it gradjit's (or Python's own frozen modules)?
@@ -104,9 +109,32 @@ def _user_frame(skip):
 def user_site(skip=1):
     """The first stack frame outside gradjit (the user's line), or None. ``skip``: how many
     frames up to start looking (1: the caller's); only ever skip frames that are surely
-    gradjit's, since the walk's cost is mostly making their frame objects."""
+    gradjit's, since the walk's cost is mostly making their frame objects. When that frame
+    is a library's (NumPy's own Python code, SciPy's: a function gradjit does not trace
+    met the traced value), the Site is the user's line that called into the library, the
+    library's line as its ``via``: an error names the line the user can change."""
     f = _user_frame(skip)
-    return None if f is None else _site(f.f_code.co_filename, f.f_lineno)
+    if f is None:
+        return None
+    site = _site(f.f_code.co_filename, f.f_lineno)
+    if not _library(f.f_code.co_filename):
+        return site
+    u = f.f_back
+    while u is not None and (_library(u.f_code.co_filename)
+                             or u.f_code.co_filename.startswith(_OURS)):
+        u = u.f_back
+    return site if u is None else Site(u.f_code.co_filename, u.f_lineno, via=site)
+
+
+_LIBRARY_CACHE = {}   # file name -> is it a library's (tracer/user_code.py ``foreign``)?
+
+
+def _library(filename):
+    lib = _LIBRARY_CACHE.get(filename)
+    if lib is None:
+        from gradjit.tracer.user_code import foreign   # (user_code imports this module)
+        lib = _LIBRARY_CACHE[filename] = foreign(filename) and not filename.startswith(_OURS)
+    return lib
 
 
 def numpy_refusal(error):

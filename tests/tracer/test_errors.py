@@ -266,6 +266,20 @@ def test_unsupported_numpy_function_inside_jit(interpreted):
     assert_names_line(ei, "return np.unique(x).sum()  # unsupported-np-jit")
 
 
+def test_a_library_function_meeting_a_traced_value_names_the_users_line(interpreted):
+    scipy_signal = pytest.importorskip("scipy.signal")
+
+    @gj.grad
+    def f(x):
+        return scipy_signal.lfilter([1.0, 0.5], [1.0], x).sum()  # library-call
+
+    with pytest.raises(gj.GradjitError) as ei:
+        f(np.arange(4.0))
+    assert_names_line(ei, "return scipy_signal.lfilter([1.0, 0.5], [1.0], x).sum()  # library-call")
+    msg = str(ei.value)
+    assert "inside library code gradjit does not trace" in msg and "_signaltools.py" in msg
+
+
 def test_unsupported_ufunc_method_on_tensor():
     t = gj.tensor(np.ones(3))
     with pytest.raises(TypeError, match=r"np\.add\.reduceat"):
