@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from gradjit.tracer.api import ArrayOps as A
+from gradjit.tracer.api import where
 from gradjit.tracer.methods_index import cat
 from gradjit.tracer.numpy_args import checked, is_obj, keep, like_of, obj, unsupported
 from gradjit.tracer.registry import GradjitError, user_site
@@ -96,6 +97,10 @@ def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     tt = like._const(t.astype(dt).reshape((-1,) + (1,) * (s.ndim - ax - 1)))
     diff = A.sub(above, below)
     res = A.add(below, A.mul(diff, tt))   # NumPy's lerp (below the midpoint; equal up to rounding)
+    # a NaN sorts last; NumPy's quantile is NaN for every q of a slice holding one (JAX's
+    # too, with a zero gradient there, as where gives)
+    last = s.narrow(ax, n - 1, 1)
+    res = where(A.ne(last, last), np.nan, res)
     res = A.movedim(res, ax, 0) if ax else res
     rest = tuple(res.shape[1:])
     if keepdims:
