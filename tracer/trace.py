@@ -149,7 +149,8 @@ class Tracer(NumpyMethods, ArrayOps):
     def __getitem__(self, index):
         out = ArrayOps.__getitem__(self, index)
         if out.ndim == 0 and not (index is Ellipsis
-                                  or isinstance(index, tuple) and Ellipsis in index):
+                                  or isinstance(index, tuple)
+                                  and any(i is Ellipsis for i in index)):
             # NumPy gives a scalar here (``v[i]`` of a vector, ``a[()]``): a copy, not a view,
             # so ``s = v[-1]; s *= 2`` leaves ``v`` as it was
             return out.copy() if out is self else forget_view(out)

@@ -93,6 +93,19 @@ def test_traced_integer_index(interpreted):
     np.testing.assert_array_equal(gj.grad(f)(x, i), t.grad.data)
 
 
+def test_traced_integer_scalar_beside_ints_and_none_in_a_tuple_index(executor):
+    # a tuple index holding a traced scalar was searched for '...' with ==, which compared
+    # the traced entry (and failed); each entry is now tested by identity
+    a = np.random.default_rng(3).standard_normal((4, 5))
+    fns = (lambda a: a[np.argmax(a[:, 0]), 3], lambda a: a[3, np.argmin(a[0])],
+           lambda a: a[np.argmax(a[:, 0]), None, 2:], lambda a: a[np.argmax(a[:, 0]), ...])
+    for fn in fns:
+        np.testing.assert_array_equal(gj.jit(fn)(a), fn(a))
+    g = np.zeros_like(a)
+    g[np.argmax(a[:, 0]), 3] = 1.0
+    np.testing.assert_array_equal(gj.grad(fns[0])(a), g)
+
+
 def test_float32_and_compiled_views():
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     def f(a):
