@@ -121,10 +121,13 @@ def forget_view(t):
 def setitem(x, index, value):
     from gradjit.tracer.api import where
     Tracer = type(x)
+    # (the value's own ndim: a NumPy scalar, a 0-d array or a traced 0-d value is a scalar
+    # here as a Python number is; len of its shape, as np.ndim would ask a tracer for data)
     if (isinstance(index, Tracer) and index.dtype == np.bool_ and index.shape == x.shape
-            and np.ndim(getattr(value, "shape", value)) == 0
-            and not isinstance(value, (list, tuple))):   # x[mask] = scalar, a traced mask
-        new = where(index, value if isinstance(value, Tracer) else x._const(
+            and not isinstance(value, (list, tuple))
+            and (len(value.shape) if hasattr(value, "shape") else np.ndim(value)) == 0):
+        # x[mask] = scalar, a traced mask: differentiable in x and in a traced value
+        new = where(index, value.astype(x.dtype) if isinstance(value, Tracer) else x._const(
             np.asarray(value, x.dtype)), x).astype(x.dtype)
     else:
         found = traced_axis(x, index, Tracer)
