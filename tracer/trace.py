@@ -16,6 +16,7 @@ Contract
 from __future__ import annotations
 
 import dis
+import sys
 import threading
 
 import numpy as np
@@ -81,6 +82,27 @@ def _indexing_an_array():
     f = _user_frame(2)
     return f is not None and dis.opname[f.f_code.co_code[f.f_lasti]] in ("BINARY_SUBSCR",
                                                                          "BINARY_SLICE")
+
+
+_NUMPY_DIR = np.__file__.rsplit("/", 1)[0].rsplit("\\", 1)[0]
+
+
+def _c_call_text():
+    """The user's call expression (``np.float64(v)``) when C code called straight from the
+    user's line asked for a traced array's numbers (NumPy's scalar types do: no protocol
+    intercepts ``np.float64(v)``), else None. Read from the CALL instruction's columns."""
+    import linecache
+    f = sys._getframe(2)   # (the caller of __array__)
+    if f is not _user_frame(2) or f.f_code.co_filename.startswith(_NUMPY_DIR):
+        return None
+    code = f.f_code
+    if not dis.opname[code.co_code[f.f_lasti]].startswith("CALL"):
+        return None
+    line, end, col, end_col = list(code.co_positions())[f.f_lasti // 2]
+    if None in (line, end, col, end_col) or line != end:
+        return None
+    text = linecache.getline(code.co_filename, line)[col:end_col]
+    return text or None
 
 
 _INDEX_ADVICE = ("a NumPy array indexed by a traced array (table[i]): NumPy asks for the index's "
@@ -190,6 +212,15 @@ class Tracer(NumpyMethods, ArrayOps):
             self._fail("np.asarray() of a traced array")
         if _indexing_an_array():
             raise TracerValueError(_INDEX_ADVICE, user_site())
+        call = _c_call_text()
+        if call is not None:
+            raise TracerValueError(
+                f"{call}: NumPy asked for the numbers of a traced array, which are not known "
+                f"while gj.jit / gj.grad trace the function (NumPy's scalar types such as "
+                f"np.float64(v) / np.float32(v) make a number of it, which no protocol lets "
+                f"gradjit trace). For a cast write v.astype(np.float64) (traced, with its "
+                f"gradient); for a number, return the value from the traced function.",
+                user_site())
         # Not control flow: NumPy wants the numbers, in a call gradjit does not trace.
         raise TracerValueError(_ARRAY_ADVICE, user_site())
 
