@@ -177,8 +177,11 @@ def _windows(a, v, name):
     longer one slides under the shorter."""
     like = like_of(a, v)
     a, v = obj(a, like), obj(v, like)
+    if name == "convolve":   # (NumPy's convolve makes its operands 1-D: ndmin=1; correlate not)
+        a, v = (A.reshape(t, (1,)) if t.ndim == 0 else t for t in (a, v))
     if a.ndim != 1 or v.ndim != 1:
-        raise ValueError(f"np.{name}: object too deep for desired array (1-D operands only)")
+        depth = "too deep" if max(a.ndim, v.ndim) > 1 else "of too small depth"
+        raise ValueError(f"np.{name}: object {depth} for desired array (1-D operands only)")
     if a.shape[0] == 0 or v.shape[0] == 0:
         raise ValueError(f"{'a' if a.shape[0] == 0 else 'v'} cannot be empty")
     return like, a, v

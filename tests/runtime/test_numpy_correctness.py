@@ -28,6 +28,8 @@ differences of the first-order gradient where the backward is differentiable.
 - ``np.interp`` next to an infinite or NaN ``fp`` said NaN: NumPy gives ``fp[j]`` exactly at a
   knot, tries the right knot when the left one gives NaN (inf between), and with one sample
   point gives ``fp[0]`` for a NaN ``x``.
+- ``np.convolve`` of a 0-d operand raised "too deep": NumPy makes it length 1 (``np.correlate``
+  refuses it, as NumPy's).
 
 np.dot's rules and np.cross / np.inner / np.trace / np.vdot / np.outer /
 np.linalg.multi_dot: ``test_numpy_products.py`` (these helpers).
@@ -438,6 +440,19 @@ def test_interp_next_to_infinite_or_nan_fp_as_numpy(executor):
                                rtol=1e-6, atol=1e-8)
     xo = np.array([0.5, 1.2, 2.5])
     np.testing.assert_allclose(gj.grad(lambda x: np.interp(x, xp, fp).sum())(xo), [1.0, 1.0, 2.0])
+
+
+def test_convolve_of_a_zero_d_operand_is_length_one(executor):
+    x = np.array([1.0, -2.0, 3.5])
+    check(lambda x: np.convolve(np.array(2.0), x), [x])
+    check(lambda x: np.convolve(x, x[1], mode="same"), [x])
+    check(lambda x: np.convolve(x[0], x[2], mode="valid"), [x])
+    for f, depth in ((lambda x: np.correlate(np.array(2.0), x), "too small depth"),
+                     (lambda x: np.convolve(np.ones((2, 2)), x), "too deep")):
+        with pytest.raises(ValueError, match=depth):
+            f(x)
+        with pytest.raises(ValueError, match=depth):
+            gj.jit(f)(x)
 
 
 def test_float_base_to_integer_exponent_array_at_zero(executor):
