@@ -151,6 +151,18 @@ class Tracer(NumpyMethods, ArrayOps):
     def __complex__(self):
         self._fail("complex() of a traced array")
 
+    def __round__(self, ndigits=None):
+        """``round(x, n)`` of a traced scalar: ``np.round(x, n)``, as NumPy's scalars (a zero
+        gradient, as JAX's round); ``round(x)`` gives a Python int, which needs the value."""
+        if self.ndim:   # (NumPy's arrays have no __round__, only its scalars)
+            raise TypeError(f"type numpy.ndarray doesn't define __round__ method (round() of a "
+                            f"traced array of shape {tuple(self.shape)}: use np.round(x, n))\n"
+                            f"  at {user_site()}")
+        if ndigits is None:
+            self._fail("round() of a traced scalar without ndigits, which gives a Python int; "
+                       "np.round(x) keeps it traced")
+        return np.round(self, ndigits)
+
     def __index__(self):
         self._fail("a traced array used as an index or size")
 
