@@ -12,7 +12,8 @@ Contract
   ``jit`` would keep the old value; NumPy, ``jax.grad`` and torch read the new one).
 - The walk: the code of each user function reached (its nested code too) gives the global
   names it loads, the attribute names it uses and the modules it imports (``dis``); its
-  closure cells and defaults are values reached. A global name is bound in that function's
+  closure cells and defaults are values reached (the defaults tuple and keyword-defaults dict
+  bound to the function, then their items). A global name is bound in that function's
   globals only; attribute names are bound in every user module, object and class reached
   (an object's own attribute, a ``__slots__`` slot, else the class attribute it would read,
   with a check that the object does not shadow it). Every function of a user class reached
@@ -359,7 +360,10 @@ class _Walk:
                 self.bound(cell, None, cell.cell_contents)
             except ValueError:   # an empty cell
                 pass
-        self.values += list(f.__defaults__ or ()) + list((f.__kwdefaults__ or {}).values())
+        # the defaults tuple and dict as bound to the function (``f.__defaults__ = (3.0,)``
+        # replaces them: the same objects still there), then their items as values read
+        self.bound(f, _Attr("__defaults__"), f.__defaults__)
+        self.bound(f, _Attr("__kwdefaults__"), f.__kwdefaults__)
 
 
 def guards_for(fn, statics, consts):

@@ -179,8 +179,10 @@ def _first_arg(orig):
 def _buffer(orig):
     def make(*args, **kwargs):
         graphs = getattr(_LOCAL, "graphs", None)
-        if not graphs or not user_code.called_by_user():   # not tracing, or not the user's own call
-            return orig(*args, **kwargs)
+        traced_fill = orig is np.full and any(
+            hasattr(v, "_apply") for v in (*args[1:2], kwargs.get("fill_value")))
+        if not graphs or not (traced_fill or user_code.called_by_user()):
+            return orig(*args, **kwargs)   # not tracing, or not the user's own call
         return buffer(graphs[-1], orig, args, kwargs)
     make.__wrapped__ = orig
     return make

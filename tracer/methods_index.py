@@ -62,6 +62,9 @@ def _expand_items(x, index):
             items.append(int(it))
         else:
             dt = np.dtype(it.dtype) if _is_obj(it) else np.asarray(it).dtype
+            if isinstance(it, (list, tuple)) and np.size(it) == 0:
+                # an empty list is an integer index in NumPy (and torch), not float64's
+                it, dt = np.zeros(np.shape(it), np.int64), np.dtype(np.int64)
             if dt == np.bool_:
                 arr = _concrete(it)
                 if arr is None:

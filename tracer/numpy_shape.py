@@ -100,6 +100,10 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     else:
         v = ReduceMethods.sort(x, -1)[0]
         out = ArrayOps.mean(v.narrow(-1, (n - 1) // 2, 2 - n % 2), -1)
+        # a NaN sorts last; NumPy's median is NaN for a slice holding one (JAX's too, with a
+        # zero gradient there, as where gives)
+        last = ArrayOps.reshape(v.narrow(-1, n - 1, 1), tuple(out.shape))
+        out = where(ArrayOps.ne(last, last), np.nan, out)
     if keepdims:
         out = ArrayOps.reshape(out, tuple(1 if d in axes else a.shape[d] for d in range(nd)))
     return out

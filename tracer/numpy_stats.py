@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from gradjit.tracer.api import ArrayOps as A
+from gradjit.tracer.api import where
 from gradjit.tracer.methods_index import cat
 from gradjit.tracer.numpy_args import checked, is_obj, keep, like_of, obj, unsupported
 from gradjit.tracer.registry import GradjitError, user_site
@@ -96,6 +97,10 @@ def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     tt = like._const(t.astype(dt).reshape((-1,) + (1,) * (s.ndim - ax - 1)))
     diff = A.sub(above, below)
     res = A.add(below, A.mul(diff, tt))   # NumPy's lerp (below the midpoint; equal up to rounding)
+    # a NaN sorts last; NumPy's quantile is NaN for every q of a slice holding one (JAX's
+    # too, with a zero gradient there, as where gives)
+    last = s.narrow(ax, n - 1, 1)
+    res = where(A.ne(last, last), np.nan, res)
     res = A.movedim(res, ax, 0) if ax else res
     rest = tuple(res.shape[1:])
     if keepdims:
@@ -172,8 +177,11 @@ def _windows(a, v, name):
     longer one slides under the shorter."""
     like = like_of(a, v)
     a, v = obj(a, like), obj(v, like)
+    if name == "convolve":   # (NumPy's convolve makes its operands 1-D: ndmin=1; correlate not)
+        a, v = (A.reshape(t, (1,)) if t.ndim == 0 else t for t in (a, v))
     if a.ndim != 1 or v.ndim != 1:
-        raise ValueError(f"np.{name}: object too deep for desired array (1-D operands only)")
+        depth = "too deep" if max(a.ndim, v.ndim) > 1 else "of too small depth"
+        raise ValueError(f"np.{name}: object {depth} for desired array (1-D operands only)")
     if a.shape[0] == 0 or v.shape[0] == 0:
         raise ValueError(f"{'a' if a.shape[0] == 0 else 'v'} cannot be empty")
     return like, a, v
@@ -257,7 +265,8 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
         raise ValueError("fp and xp are not of the same length.")
     flat = A.reshape(x, (-1, 1))
     if k == 1:
-        y = A.add(A.mul(flat, 0.0), A.reshape(fp, (1, 1)))
+        # fp[0] for every x that is neither below nor above xp[0], NaN included (as NumPy)
+        y = A.expand(A.reshape(fp, (1, 1)), tuple(flat.shape))
     else:
         below = A.sum(A.to(A.le(A.reshape(xp, (1, k)), flat), np.int64), (1,))
         j = A.clamp(A.sub(below, 1), 0, k - 2)
@@ -265,11 +274,19 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
         x0, x1 = A.index_select(xp, 0, j), A.index_select(xp, 0, j1)
         y0, y1 = A.index_select(fp, 0, j), A.index_select(fp, 0, j1)
         xf = A.reshape(flat, (-1,))
-        y = A.add(A.mul(A.div(A.sub(y1, y0), A.sub(x1, x0)), A.sub(xf, x0)), y0)
+        slope = A.div(A.sub(y1, y0), A.sub(x1, x0))
+        y = A.add(A.mul(slope, A.sub(xf, x0)), y0)
+        # NumPy's steps where fp holds an infinity or a NaN: a NaN from the left knot is
+        # tried again from the right one (fp = [1, inf, -2] at 1.5 gives inf), then fp[j]
+        # where both knots are equal; exactly fp[j] at a knot; a NaN x stays NaN
+        y_right = A.add(A.mul(slope, A.sub(xf, x1)), y1)
+        y_right = where(A.ne(y_right, y_right) & A.eq(y0, y1), y0, y_right)
+        y = where(A.ne(y, y), y_right, y)
+        y = where(A.eq(xf, x0), y0, y)
+        y = where(A.ne(xf, xf), xf, y)
         y = A.reshape(y, (-1, 1))
     lo = fp[0] if left is None else obj(left, like, dt)
     hi = fp[k - 1] if right is None else obj(right, like, dt)
-    from gradjit.tracer.api import where
     y = where(A.lt(flat, xp[0]), lo, where(A.gt(flat, xp[k - 1]), hi, y))
     y = where(A.eq(flat, xp[k - 1]), fp[k - 1], y)   # (exactly fp[-1] there, as NumPy)
     return A.reshape(y, tuple(x.shape))

@@ -16,6 +16,7 @@ Contract
 from __future__ import annotations
 
 import dis
+import sys
 import threading
 
 import numpy as np
@@ -83,6 +84,27 @@ def _indexing_an_array():
                                                                          "BINARY_SLICE")
 
 
+_NUMPY_DIR = np.__file__.rsplit("/", 1)[0].rsplit("\\", 1)[0]
+
+
+def _c_call_text():
+    """The user's call expression (``np.float64(v)``) when C code called straight from the
+    user's line asked for a traced array's numbers (NumPy's scalar types do: no protocol
+    intercepts ``np.float64(v)``), else None. Read from the CALL instruction's columns."""
+    import linecache
+    f = sys._getframe(2)   # (the caller of __array__)
+    if f is not _user_frame(2) or f.f_code.co_filename.startswith(_NUMPY_DIR):
+        return None
+    code = f.f_code
+    if not dis.opname[code.co_code[f.f_lasti]].startswith("CALL"):
+        return None
+    line, end, col, end_col = list(code.co_positions())[f.f_lasti // 2]
+    if None in (line, end, col, end_col) or line != end:
+        return None
+    text = linecache.getline(code.co_filename, line)[col:end_col]
+    return text or None
+
+
 _INDEX_ADVICE = ("a NumPy array indexed by a traced array (table[i]): NumPy asks for the index's "
                  "numbers, which are not known while gj.jit / gj.grad trace the function. "
                  "Write np.take(table, i, axis=0) (traced, with its gradient), or index a traced "
@@ -129,6 +151,18 @@ class Tracer(NumpyMethods, ArrayOps):
     def __complex__(self):
         self._fail("complex() of a traced array")
 
+    def __round__(self, ndigits=None):
+        """``round(x, n)`` of a traced scalar: ``np.round(x, n)``, as NumPy's scalars (a zero
+        gradient, as JAX's round); ``round(x)`` gives a Python int, which needs the value."""
+        if self.ndim:   # (NumPy's arrays have no __round__, only its scalars)
+            raise TypeError(f"type numpy.ndarray doesn't define __round__ method (round() of a "
+                            f"traced array of shape {tuple(self.shape)}: use np.round(x, n))\n"
+                            f"  at {user_site()}")
+        if ndigits is None:
+            self._fail("round() of a traced scalar without ndigits, which gives a Python int; "
+                       "np.round(x) keeps it traced")
+        return np.round(self, ndigits)
+
     def __index__(self):
         self._fail("a traced array used as an index or size")
 
@@ -149,7 +183,8 @@ class Tracer(NumpyMethods, ArrayOps):
     def __getitem__(self, index):
         out = ArrayOps.__getitem__(self, index)
         if out.ndim == 0 and not (index is Ellipsis
-                                  or isinstance(index, tuple) and Ellipsis in index):
+                                  or isinstance(index, tuple)
+                                  and any(i is Ellipsis for i in index)):
             # NumPy gives a scalar here (``v[i]`` of a vector, ``a[()]``): a copy, not a view,
             # so ``s = v[-1]; s *= 2`` leaves ``v`` as it was
             return out.copy() if out is self else forget_view(out)
@@ -189,6 +224,15 @@ class Tracer(NumpyMethods, ArrayOps):
             self._fail("np.asarray() of a traced array")
         if _indexing_an_array():
             raise TracerValueError(_INDEX_ADVICE, user_site())
+        call = _c_call_text()
+        if call is not None:
+            raise TracerValueError(
+                f"{call}: NumPy asked for the numbers of a traced array, which are not known "
+                f"while gj.jit / gj.grad trace the function (NumPy's scalar types such as "
+                f"np.float64(v) / np.float32(v) make a number of it, which no protocol lets "
+                f"gradjit trace). For a cast write v.astype(np.float64) (traced, with its "
+                f"gradient); for a number, return the value from the traced function.",
+                user_site())
         # Not control flow: NumPy wants the numbers, in a call gradjit does not trace.
         raise TracerValueError(_ARRAY_ADVICE, user_site())
 

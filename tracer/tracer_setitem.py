@@ -121,10 +121,13 @@ def forget_view(t):
 def setitem(x, index, value):
     from gradjit.tracer.api import where
     Tracer = type(x)
+    # (the value's own ndim: a NumPy scalar, a 0-d array or a traced 0-d value is a scalar
+    # here as a Python number is; len of its shape, as np.ndim would ask a tracer for data)
     if (isinstance(index, Tracer) and index.dtype == np.bool_ and index.shape == x.shape
-            and np.ndim(getattr(value, "shape", value)) == 0
-            and not isinstance(value, (list, tuple))):   # x[mask] = scalar, a traced mask
-        new = where(index, value if isinstance(value, Tracer) else x._const(
+            and not isinstance(value, (list, tuple))
+            and (len(value.shape) if hasattr(value, "shape") else np.ndim(value)) == 0):
+        # x[mask] = scalar, a traced mask: differentiable in x and in a traced value
+        new = where(index, value.astype(x.dtype) if isinstance(value, Tracer) else x._const(
             np.asarray(value, x.dtype)), x).astype(x.dtype)
     else:
         found = traced_axis(x, index, Tracer)
@@ -221,9 +224,35 @@ def _refresh(t, e, tree, skip=None):
 
 def buffer(graph, make, args, kwargs):
     """``np.zeros(...)`` & co. inside a trace: a traced constant when the dtype is floating
-    (a buffer the function may assign into), else the NumPy array."""
+    (a buffer the function may assign into), else the NumPy array; ``np.full`` of a traced
+    fill value a traced array of any dtype."""
     from gradjit.tracer.trace import constant
+    if make.__name__ == "full":
+        fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
+        if hasattr(fill, "_apply"):   # a traced fill value
+            return _traced_full(graph, fill, *args, **kwargs)
     array = make(*args, **kwargs)
     if isinstance(array, np.ndarray) and array.dtype.kind in "fc":
         return constant(graph, array)
     return array
+
+
+def _traced_full(graph, fill, shape, fill_value=None, dtype=None, order="C", *, device=None,
+                 like=None):
+    """``np.full(shape, v)`` of a traced ``v`` (JAX's ``jnp.full``): zeros of the shape plus
+    ``v`` cast to the dtype (``v``'s own when none is given, as NumPy), a new array the
+    function may assign into, differentiable in ``v``."""
+    from gradjit.tracer.trace import constant
+    if like is not None or device not in (None, "cpu") or order not in ("C", "F", "K", "A"):
+        raise GradjitError(f"np.full(..., {'like=' if like is not None else 'device='}) with a "
+                           "traced fill value", user_site())
+    dt = np.dtype(fill.dtype if dtype is None else dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    try:
+        fits = np.broadcast_shapes(tuple(fill.shape), shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"could not broadcast input array from shape {tuple(fill.shape)} into "
+                         f"shape {shape}\n  at {user_site()}")
+    return constant(graph, np.zeros(shape, dt)) + fill.astype(dt)

@@ -112,6 +112,29 @@ def test_closure_lists_and_cells_are_read_again(executor):
     np.testing.assert_allclose(j(x), np.tanh(2 * np.tanh(x)).sum() + 1.0)
 
 
+def test_replaced_defaults_are_read_again(executor):
+    # f.__defaults__ / __kwdefaults__ replaced after the first call: a new tuple or dict
+    # traces again (their items were checked; the tuple itself was not)
+    def f(x, s=2.0):
+        return (x * s).sum() + helper(x)
+
+    def helper(x, *, c=np.zeros(2)):
+        return (x * c).sum()
+
+    x = np.ones(2)
+    g, j = gj.grad(f), gj.jit(f)
+    np.testing.assert_array_equal(g(x), [2.0, 2.0])
+    assert j(x) == 4.0
+    f.__defaults__ = (3.0,)
+    np.testing.assert_array_equal(g(x), [3.0, 3.0])
+    assert j(x) == 6.0 and gj.value_and_grad(f)(x)[0] == 6.0
+    helper.__kwdefaults__ = {"c": np.full(2, 5.0)}
+    np.testing.assert_array_equal(g(x), [8.0, 8.0])
+    assert j(x) == 16.0
+    helper.__kwdefaults__["c"] = np.full(2, 7.0)
+    np.testing.assert_array_equal(g(x), [10.0, 10.0])
+
+
 def test_large_arrays_read_at_each_call_are_not_compared():
     # an array the compiled code reads at each call (a graph constant) and larger than
     # LIVE_CHECK_BYTES is checked only for its binding: changed in place, the next call

@@ -53,6 +53,22 @@ def test_aliases_ones_and_array(executor):
     _check(f, np.array([0.5, -1.5, 2.0]))
 
 
+def test_full_of_a_traced_fill_value(executor):
+    # np.full(n, v) of a traced v (a Python float argument is traced): an array of v's dtype,
+    # differentiable in v as jnp.full, that the function may assign into
+    def f(v):
+        b = np.full(3, v)
+        b[0] = 0.0
+        return (b * np.arange(1.0, 4.0)).sum() + np.full((2, 2), v * v, np.float32).sum()
+    assert gj.jit(f)(1.5) == f(1.5)
+    assert gj.grad(f)(1.5) == 5.0 + 8 * 1.5
+    x = np.array([0.5, -1.5, 2.0])
+    _check(lambda x: np.full((2, 3), x) * np.full(3, fill_value=x[1]), x)
+    assert gj.jit(lambda v: np.full(2, v, dtype=int))(2.7).dtype == np.int_
+    with pytest.raises(ValueError, match=r"from shape \(3,\) into shape \(2, 2\)"):
+        gj.jit(lambda x: np.full((2, 2), x))(x)
+
+
 def test_functions_of_other_modules(executor):
     def f(x):
         return squares_into(x) + helpers.squares_into(x) * 2 + padded(x)[1:-1]

@@ -25,6 +25,11 @@ differences of the first-order gradient where the backward is differentiable.
   ZeroDivisionError in compiled code at ``0.0 ** -1`` (Numba's integer power): inf as NumPy.
 - ``np.searchsorted`` of a NaN query said 0 (it counted ``a < nan``): NaN sorts last, as in
   NumPy, NaNs inside ``a`` included.
+- ``np.interp`` next to an infinite or NaN ``fp`` said NaN: NumPy gives ``fp[j]`` exactly at a
+  knot, tries the right knot when the left one gives NaN (inf between), and with one sample
+  point gives ``fp[0]`` for a NaN ``x``.
+- ``np.convolve`` of a 0-d operand raised "too deep": NumPy makes it length 1 (``np.correlate``
+  refuses it, as NumPy's).
 
 np.dot's rules and np.cross / np.inner / np.trace / np.vdot / np.outer /
 np.linalg.multi_dot: ``test_numpy_products.py`` (these helpers).
@@ -412,6 +417,42 @@ def test_searchsorted_sorts_nan_last(side, executor):
         got, want = gj.jit(f)(a, v), f(a, v)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_interp_next_to_infinite_or_nan_fp_as_numpy(executor):
+    xp = np.arange(4.0)
+    xs = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, np.nan, np.inf, -np.inf])
+    f = lambda x, fp: np.interp(x, xp, fp)
+    for fp in ([1.0, np.inf, -2.0, 4.0], [1.0, np.nan, -2.0, 4.0], [1.0, -np.inf, -np.inf, 4.0],
+               [np.inf, np.inf, 1.0, 2.0]):
+        fp = np.array(fp)
+        np.testing.assert_array_equal(gj.jit(f)(xs, fp), f(xs, fp))
+    one = lambda x: (np.interp(x, np.array([1.0]), np.array([5.0])),
+                     np.interp(x, np.array([1.0]), np.array([5.0]), left=-1.0, right=7.0))
+    x1 = np.array([np.nan, 0.0, 1.0, 2.0])
+    for got, want in zip(gj.jit(one)(x1), one(x1), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # finite data: the gradients are as before (finite differences of NumPy's interp)
+    fp, x = np.array([1.0, 2.0, 3.0, 5.0]), np.array([0.5, 1.0, 1.2, 2.5])
+    W = np.array([1.0, -2.0, 0.5, 3.0])
+    g = gj.grad(lambda fp: (np.interp(x, xp, fp) * W).sum())(fp)
+    np.testing.assert_allclose(g, numerical_grad(lambda fp: np.interp(x, xp, fp) * W, [fp], 0),
+                               rtol=1e-6, atol=1e-8)
+    xo = np.array([0.5, 1.2, 2.5])
+    np.testing.assert_allclose(gj.grad(lambda x: np.interp(x, xp, fp).sum())(xo), [1.0, 1.0, 2.0])
+
+
+def test_convolve_of_a_zero_d_operand_is_length_one(executor):
+    x = np.array([1.0, -2.0, 3.5])
+    check(lambda x: np.convolve(np.array(2.0), x), [x])
+    check(lambda x: np.convolve(x, x[1], mode="same"), [x])
+    check(lambda x: np.convolve(x[0], x[2], mode="valid"), [x])
+    for f, depth in ((lambda x: np.correlate(np.array(2.0), x), "too small depth"),
+                     (lambda x: np.convolve(np.ones((2, 2)), x), "too deep")):
+        with pytest.raises(ValueError, match=depth):
+            f(x)
+        with pytest.raises(ValueError, match=depth):
+            gj.jit(f)(x)
 
 
 def test_float_base_to_integer_exponent_array_at_zero(executor):

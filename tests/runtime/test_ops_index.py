@@ -93,6 +93,36 @@ def test_traced_integer_index(interpreted):
     np.testing.assert_array_equal(gj.grad(f)(x, i), t.grad.data)
 
 
+def test_traced_integer_scalar_beside_ints_and_none_in_a_tuple_index(executor):
+    # a tuple index holding a traced scalar was searched for '...' with ==, which compared
+    # the traced entry (and failed); each entry is now tested by identity
+    a = np.random.default_rng(3).standard_normal((4, 5))
+    fns = (lambda a: a[np.argmax(a[:, 0]), 3], lambda a: a[3, np.argmin(a[0])],
+           lambda a: a[np.argmax(a[:, 0]), None, 2:], lambda a: a[np.argmax(a[:, 0]), ...])
+    for fn in fns:
+        np.testing.assert_array_equal(gj.jit(fn)(a), fn(a))
+    g = np.zeros_like(a)
+    g[np.argmax(a[:, 0]), 3] = 1.0
+    np.testing.assert_array_equal(gj.grad(fns[0])(a), g)
+
+
+def test_empty_list_index_is_an_integer_index_as_numpy(executor):
+    # np.asarray([]) is float64, but NumPy (and torch) index with an empty list as intp
+    a = np.arange(12.0).reshape(3, 4)
+    for idx in ([], [[]], ([],), ([], 0), (slice(None), [])):
+        got, want = gj.jit(lambda a: a[idx] * 2.0)(a), a[idx] * 2.0
+        assert got.shape == want.shape and got.dtype == want.dtype
+    assert gj.tensor(a)[[]].shape == (0, 4)
+    np.testing.assert_array_equal(gj.grad(lambda a: a[[]].sum() + a[0, 0])(a),
+                                  np.eye(1, 12).reshape(3, 4))
+
+    def put(a):
+        b = a * 1.0
+        b[[]] = 5.0
+        return b
+    np.testing.assert_array_equal(gj.jit(put)(a), a)
+
+
 def test_float32_and_compiled_views():
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     def f(a):

@@ -74,6 +74,22 @@ def test_round_is_half_to_even_like_numpy_and_torch(interpreted):
     np.testing.assert_array_equal(out, np.round(x) + 10 * np.round(x, 1))
 
 
+def test_builtin_round_of_a_traced_scalar_is_np_round(executor):
+    # NumPy's scalars define __round__ (round(x[0], 1) is np.round); a zero gradient, as
+    # JAX's; round(x) gives a Python int, which needs the value; arrays have no __round__
+    x = np.array([[1.26, 2.5], [3.14159, -1.55]])
+    f = lambda a: (round(a[0, 0], 1), round(a[1, 1], 0), round(a[1, 0] * 100, -1),
+                   round(a.astype(np.float32)[0, 0], 1), round(a.astype(np.int64)[0, 1] * 13, -1))
+    for got, want in zip(gj.jit(f)(x), f(x), strict=True):
+        assert got.dtype == want.dtype and got == want
+    np.testing.assert_array_equal(gj.grad(lambda a: round(a[0, 0], 1) + 2.0 * a[0, 1])(x),
+                                  [[0.0, 2.0], [0.0, 0.0]])
+    with pytest.raises(gj.TracerValueError, match="round"):
+        gj.jit(lambda a: round(a[0, 0]))(x)
+    with pytest.raises(TypeError, match="__round__"):
+        gj.jit(lambda a: round(a[0], 1))(x)
+
+
 def test_nan_to_num_values_and_gradient(interpreted):
     x = np.array([np.nan, np.inf, -np.inf, 1.5])
     o1, o2 = gj.jit(lambda a: (a.nan_to_num(nan=1.0, posinf=2.0), np.nan_to_num(a)))(x)

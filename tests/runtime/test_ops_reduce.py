@@ -196,3 +196,23 @@ def test_max_and_min_of_a_tensor_other_are_elementwise_as_torchs(executor):
     with pytest.raises(TypeError, match="keepdim is not an argument"):
         x.min(b, True)
     np.testing.assert_array_equal(x.max(axis=(0, 1)).data, 5.0)   # NumPy's keyword: amax
+
+
+def test_numpy_median_and_quantiles_are_nan_for_a_slice_holding_a_nan(executor):
+    # NumPy sorts a NaN last and returns NaN for the whole slice, whichever q; JAX too, with
+    # a zero gradient for that slice (the other slices keep theirs)
+    x = np.array([1.0, np.nan, 3.0, 4.0])
+    m = x.reshape(2, 2)
+    for fn in (np.median, lambda x: np.percentile(x, [0, 50, 100]),
+               lambda x: np.quantile(x, 0.25), lambda x: np.median(x.reshape(2, 2), axis=1),
+               lambda x: np.quantile(x.reshape(2, 2), [0.1, 1.0], axis=0, keepdims=True)):
+        np.testing.assert_array_equal(gj.jit(fn)(x), fn(x))
+    np.testing.assert_array_equal(gj.grad(np.median)(x), np.zeros(4))
+    np.testing.assert_array_equal(
+        gj.grad(lambda m: np.median(m, axis=1).sum())(m), [[0.0, 0.0], [0.5, 0.5]])
+    np.testing.assert_array_equal(
+        gj.grad(lambda m: np.percentile(m, 0, axis=1).sum())(m), [[0.0, 0.0], [1.0, 0.0]])
+    # an infinity is no NaN: the median of [1, inf, 3, 4] is 3.5, its gradient unchanged
+    y = np.array([1.0, np.inf, 3.0, 4.0])
+    assert gj.jit(np.median)(y) == 3.5
+    np.testing.assert_array_equal(gj.grad(np.median)(y), [0.0, 0.0, 0.5, 0.5])

@@ -43,6 +43,28 @@ def test_assignment_matches_numpy_and_finite_differences(f):
                                atol=1e-8)
 
 
+def test_traced_mask_takes_any_zero_d_value(executor):
+    # a NumPy scalar, a 0-d array or a traced 0-d value is a scalar for x[mask] = v, as a
+    # Python float is (np.ndim of the value's shape tuple said 1 and refused them)
+    x = np.array([[0.5, 1.25, 2.0], [3.0, -1.0, 1.75]])
+    for v in (0.5, np.float64(0.5), np.array(0.5), np.float32(0.25), np.int64(2)):
+        def f(b, v=v):
+            c = b * 1.0
+            c[c > 1.0] = v
+            return c
+        np.testing.assert_array_equal(gj.jit(f)(x), f(x.copy()))
+
+    def traced(b):
+        c = b * 1.0
+        c[c > 1.0] = b.sum() * 0.5   # differentiable in b through the value too
+        return c * c
+    np.testing.assert_allclose(gj.jit(traced)(x), traced(x.copy()))
+    w = np.arange(1.0, 7.0).reshape(2, 3)
+    g = gj.grad(lambda b: (traced(b) * w).sum())(x)
+    np.testing.assert_allclose(g, numerical_grad(lambda b: traced(b) * w, [x], 0), rtol=1e-6,
+                               atol=1e-6)
+
+
 def test_copies_do_not_share_assignments(interpreted):
     def f(x):
         y, z, c = x.copy(), np.array(x), np.copy(x)

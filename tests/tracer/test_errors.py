@@ -220,6 +220,22 @@ def test_float_of_traced_value(interpreted, transform):
 
 
 @pytest.mark.parametrize("transform", [gj.jit, gj.grad], ids=["jit", "grad"])
+def test_numpy_scalar_type_of_traced_value_names_the_call(interpreted, transform):
+    # np.float64(v) / np.float32(v) make a number in C (no protocol reaches gradjit): the
+    # error names the call and the user's line, and says to cast with astype
+    def f64(x):
+        return np.float64(x.sum()) * 2.0  # traced-f64
+
+    def f32(x):
+        return np.float32(x[0]) * 2.0  # traced-f32
+    for f, call in ((f64, "np.float64(x.sum())"), (f32, "np.float32(x[0])")):
+        with pytest.raises(gj.TracerValueError) as ei:
+            transform(f)(np.ones(3))
+        assert str(ei.value).startswith(call + ":") and "astype" in str(ei.value)
+        assert_names_line(ei, f"return {call} * 2.0  # traced-f{call[8:10]}")
+
+
+@pytest.mark.parametrize("transform", [gj.jit, gj.grad], ids=["jit", "grad"])
 def test_format_spec_of_traced_value(interpreted, transform):
     seen = []
 
