@@ -136,6 +136,14 @@ def scale_grad_by_count(grad, mask, dims):
 
 
 @helper
+def evenly_distribute_backward(grad, self, value):
+    """``grad`` of a reduction to one of ``self``'s values, split evenly over every element
+    equal to it (a NaN value: over the NaNs), as torch's median / nanmedian."""
+    mask = where(value != value, self != self, self == value)
+    return scale_grad_by_count(grad, mask, ())
+
+
+@helper
 def permute_backwards(grad, dims):
     inverse = [0] * len(dims)
     for i, d in enumerate(dims):

@@ -11,11 +11,12 @@ Contract
   indices), ``topk``, ``kthvalue``, ``median`` (no dim: the lower median's
   value; dim: values, indices) and ``dist``. Each (values, indices) pair is a
   ``values_indices`` named tuple (``.values``, ``.indices``), as torch's return types.
-- ``topk`` / ``kthvalue`` / ``median`` are composites: ``sort`` then a
+- ``topk`` / ``kthvalue`` / ``median(dim)`` are composites: ``sort`` then a
   ``narrow`` / ``select`` of values and indices (so ties resolve by position:
   the earliest index first, the lower median for even counts, as torch's
-  values; torch's indices on ties are unspecified). ``median()`` sends its
-  gradient to that one element (torch spreads it over ties). ``dist`` is
+  values; torch's indices on ties are unspecified). ``median()`` is the op
+  ``median`` (``tracer/ops_reduce.py``): the same lower median, its gradient split
+  evenly over the elements equal to it, as torch. ``dist`` is
   ``(self - other).norm(p)``.
 - Composites, differentiated through their parts: ``var`` is
   ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
@@ -194,7 +195,7 @@ class ReduceMethods:
             flat = self.reshape(-1)
             if flat.shape[0] == 0:
                 raise RuntimeError("median() of an empty tensor is not defined")
-            return flat._select_sorted(0, (flat.shape[0] - 1) // 2, False)[0]
+            return apply("median.default", [self], {})
         d = norm_dim(int(dim), self.ndim, "median")
         n = self.shape[d] if self.ndim else 1
         return self._select_sorted(d, (n - 1) // 2, keepdim)

@@ -240,6 +240,7 @@ CASES = {
     "logcumsumexp.default": C(lambda a: (a.logcumsumexp(1), a.logcumsumexp(0)), U(2, 3)),
     "cummax.default": C(lambda a: (a.cummax(1)[0], a.cummax(0)[0]), U(3, 4)),
     "cummin.default": C(lambda a: (a.cummin(1)[0], a.cummin(0)[0]), U(3, 4)),
+    "median.default": C(lambda a: a.median(), U(3, 4)),
     "sort.default": C(lambda a: (a.sort(dim=1)[0], a.sort(dim=0, descending=True)[0]), U(3, 4)),
     # indexing (tracer/ops_index.py)
     "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),
