@@ -36,6 +36,15 @@ def where(condition, a, b):
 
 
 @helper
+def finite_reciprocal(x):
+    """``1 / x``, with 0 where that is infinite (torch's atan2_backward: ``masked_fill_(
+    recip.isinf(), 0)``). Differentiated again, the masked entries give 0 * inf = NaN
+    (the reciprocal's own derivative), as torch's second derivative of atan2 at (0, 0)."""
+    r = x.reciprocal()
+    return where(r.abs() == float("inf"), 0, r)
+
+
+@helper
 def sum_to(x, shape):
     """Sum ``x`` down to ``shape`` (undo NumPy broadcasting)."""
     shape = tuple(shape)
