@@ -74,6 +74,23 @@ def threshold_backward(grad, self, threshold):
 
 
 @helper
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    return apply("elu_backward.default", [grad, self_or_result],
+                 {"alpha": alpha, "scale": scale, "input_scale": input_scale,
+                  "is_result": is_result})
+
+
+@helper
+def elu_double_backward(grad, grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    """torch's: the derivative of elu_backward in its self (or result) is masked with a
+    strict ``< 0``, so every derivative past the first is 0 at 0."""
+    if is_result:
+        return where(self_or_result < 0, grad * grad_output * input_scale, 0)
+    return where(self_or_result < 0, elu_backward(grad * grad_output * input_scale, alpha, scale,
+                                                  input_scale, False, self_or_result), 0)
+
+
+@helper
 def pow_backward(grad, self, exponent):
     if exponent == 0:
         return zeros_like(grad)
