@@ -10,7 +10,10 @@ Contract
 """
 from __future__ import annotations
 
+import numpy as np
+
 from gradjit.tracer.api import apply, where as _where
+from gradjit.tracer.trace import constant
 
 HELPERS = {}
 
@@ -28,6 +31,15 @@ def maybe_multiply(x, s):
 @helper
 def zeros_like(x):
     return apply("zeros_like.default", [x], {})
+
+
+def zeros_of(like, shape):
+    """Zeros of ``shape`` in ``like``'s dtype, made from a scalar constant: a formula that
+    needs only an input's shape (torch: ``self.sizes()``) must not read the input itself,
+    or the backward would save it (fed, version-checked against in-place writes, and
+    counted as a dependence of a create_graph result)."""
+    z = constant(like.graph, np.zeros((), like.dtype))
+    return zeros_like(z.expand(tuple(shape)) if tuple(shape) else z)
 
 
 @helper
