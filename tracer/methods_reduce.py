@@ -200,5 +200,20 @@ class ReduceMethods:
         n = self.shape[d] if self.ndim else 1
         return self._select_sorted(d, (n - 1) // 2, keepdim)
 
+    def sum_to_size(self, *size):
+        """torch's: sum over the dims where ``size`` is 1 (or missing in front) so the result
+        has ``size``; ``size`` must be expandable to ``self``'s shape."""
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) \
+            else tuple(size)
+        shape = tuple(self.shape)
+        lead = len(shape) - len(size)
+        if lead < 0 or any(s not in (1, n) for s, n in zip(size, shape[lead:])):
+            raise RuntimeError(f"size {{{list(size)}}} is not expandable to size "
+                               f"{{{list(shape)}}}.")
+        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
+                                          if s == 1 and shape[lead + i] != 1)
+        out = self.sum(dims, keepdim=True) if dims else self
+        return out.reshape(size)
+
     def dist(self, other, p=2):
         return (self - other).norm(p)
