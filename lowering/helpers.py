@@ -10,7 +10,10 @@ Contract
 """
 from __future__ import annotations
 
+import numpy as np
+
 from gradjit.tracer.api import apply, where as _where
+from gradjit.tracer.trace import constant
 
 HELPERS = {}
 
@@ -30,9 +33,27 @@ def zeros_like(x):
     return apply("zeros_like.default", [x], {})
 
 
+def zeros_of(like, shape):
+    """Zeros of ``shape`` in ``like``'s dtype, made from a scalar constant: a formula that
+    needs only an input's shape (torch: ``self.sizes()``) must not read the input itself,
+    or the backward would save it (fed, version-checked against in-place writes, and
+    counted as a dependence of a create_graph result)."""
+    z = constant(like.graph, np.zeros((), like.dtype))
+    return zeros_like(z.expand(tuple(shape)) if tuple(shape) else z)
+
+
 @helper
 def where(condition, a, b):
     return _where(condition, a, b)
+
+
+@helper
+def finite_reciprocal(x):
+    """``1 / x``, with 0 where that is infinite (torch's atan2_backward: ``masked_fill_(
+    recip.isinf(), 0)``). Differentiated again, the masked entries give 0 * inf = NaN
+    (the reciprocal's own derivative), as torch's second derivative of atan2 at (0, 0)."""
+    r = x.reciprocal()
+    return where(r.abs() == float("inf"), 0, r)
 
 
 @helper
@@ -62,6 +83,23 @@ def sigmoid_backward(grad, result):
 @helper
 def threshold_backward(grad, self, threshold):
     return where(self > threshold, grad, 0)
+
+
+@helper
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    return apply("elu_backward.default", [grad, self_or_result],
+                 {"alpha": alpha, "scale": scale, "input_scale": input_scale,
+                  "is_result": is_result})
+
+
+@helper
+def elu_double_backward(grad, grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    """torch's: the derivative of elu_backward in its self (or result) is masked with a
+    strict ``< 0``, so every derivative past the first is 0 at 0."""
+    if is_result:
+        return where(self_or_result < 0, grad * grad_output * input_scale, 0)
+    return where(self_or_result < 0, elu_backward(grad * grad_output * input_scale, alpha, scale,
+                                                  input_scale, False, self_or_result), 0)
 
 
 @helper
@@ -133,6 +171,14 @@ def restore_reduced_dims(output, dims, keepdim):
 def scale_grad_by_count(grad, mask, dims):
     mask = mask.to(grad.dtype)
     return (grad / mask.sum(dims if dims else None, keepdim=True)) * mask
+
+
+@helper
+def evenly_distribute_backward(grad, self, value):
+    """``grad`` of a reduction to one of ``self``'s values, split evenly over every element
+    equal to it (a NaN value: over the NaNs), as torch's median / nanmedian."""
+    mask = where(value != value, self != self, self == value)
+    return scale_grad_by_count(grad, mask, ())
 
 
 @helper

@@ -7,7 +7,7 @@ Every helper is written with differentiable tracer ops (the kernels of
 """
 from __future__ import annotations
 
-from gradjit.lowering.helpers import helper, zeros_like
+from gradjit.lowering.helpers import helper, zeros_of
 from gradjit.tracer.api import apply
 
 
@@ -49,8 +49,8 @@ def index_select_of(x, dim, index):
 @helper
 def index_select_backward(grad, self, dim, index):
     """Zeros of ``self``'s shape with ``grad``'s slices added at ``index`` (repeats add up).
-    torch passes ``self.sizes()``; ``self`` here only supplies the shape and dtype."""
-    return apply("index_add.default", [zeros_like(self).to(grad.dtype), index, grad],
+    torch passes ``self.sizes()``; here only ``self``'s static shape is read (``zeros_of``)."""
+    return apply("index_add.default", [zeros_of(grad, self.shape), index, grad],
                  {"dim": dim, "alpha": 1})
 
 
@@ -61,7 +61,7 @@ def gather_of(x, dim, index):
 
 @helper
 def gather_backward(grad, self, dim, index, sparse_grad=False):
-    return apply("scatter_add.default", [zeros_like(self).to(grad.dtype), index, grad],
+    return apply("scatter_add.default", [zeros_of(grad, self.shape), index, grad],
                  {"dim": dim})
 
 

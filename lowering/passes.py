@@ -3,7 +3,7 @@
 Contract
 - ``optimize(graph)`` returns a new graph computing the same outputs with
   composite ops (``mean``, ``_softmax``, ``_log_softmax``, ``logsumexp``,
-  ``linalg_vector_norm``, ``_std_from_var``, ``_binary_cross_entropy``) decomposed into the primitive ops the code
+  ``linalg_vector_norm``, ``median``, ``elu``, ``elu_backward``, ``_std_from_var``, ``_binary_cross_entropy``) decomposed into the primitive ops the code
   generators emit, sums over size-1 dims only made views, duplicate nodes
   merged (CSE), chains of shape-only views that end at their start's shape dropped (a
   keepdim sum viewed as 0-d, then unsqueezed back: the value itself), sums of
@@ -20,6 +20,8 @@ from __future__ import annotations
 from gradjit.lowering.placements import merge_placements
 from gradjit.lowering.schedule import ORDER_VIEWS, unchecked_indices
 from gradjit.tracer.control_flow import Region
+from gradjit.tracer.api import where
+from gradjit.tracer.dispatch import apply
 from gradjit.tracer.ir import Graph, _key_attr
 from gradjit.tracer.ops import reduces_nothing
 from gradjit.tracer.trace import Tracer
@@ -79,6 +81,29 @@ def _vector_norm(x, ord, dim, keepdim):
     return a.pow(ord).sum(dim, keepdim=keepdim).pow(1.0 / ord)
 
 
+def _median(x):
+    # the lower median: its value is a selection from the sort; only its gradient is its own
+    v = apply("sort.default", [x.reshape((-1,))], {"dim": 0, "descending": False})[0]
+    return v.narrow(0, (v.shape[0] - 1) // 2, 1).reshape(())
+
+
+def _scaled(x, c):
+    return x if c == 1 else x * c
+
+
+def _elu(x, alpha, scale, input_scale):
+    neg = _scaled(x.clamp_max(0.0), input_scale).expm1() * (alpha * scale)
+    return where(x > 0, _scaled(x, scale), neg)
+
+
+def _elu_backward(g, s, alpha, scale, input_scale, is_result):
+    if is_result:
+        neg = _scaled(g, input_scale) * (s + alpha * scale)
+    else:
+        neg = g * (_scaled(s.clamp_max(0.0), input_scale).exp() * (input_scale * alpha * scale))
+    return where(s <= 0, neg, _scaled(g, scale))
+
+
 def _outer(a, b):
     # (m, 1) @ (1, n) is a broadcast multiply: written so it fuses into the elementwise
     # loop that consumes it (an unrolled RNN's weight gradients: dW += h.T @ dz) instead
@@ -116,6 +141,9 @@ DECOMPOSITIONS = {
     "_log_softmax.default": _log_softmax,
     "logsumexp.default": _logsumexp,
     "linalg_vector_norm.default": _vector_norm,
+    "median.default": _median,
+    "elu.default": _elu,                            # (its gradient differs from the parts')
+    "elu_backward.default": _elu_backward,
     "_std_from_var.default": lambda x: x.sqrt(),   # its gradient differs from sqrt's, not its value
     "_binary_cross_entropy.default": _bce,          # (likewise)
     "mm.default": _outer,

@@ -44,6 +44,7 @@ from gradjit.tracer.modes import is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.gradfn import FREED
+from gradjit.tracer.registry import OPS
 from gradjit.tracer.tensor import Tensor, compute_pending
 
 _PLANS = Bounded()   # history key -> Plan (runtime/memory.py: least recently used go)
@@ -131,13 +132,14 @@ def _feed(g, seeds, v):
 
 def _replay_graph(raw, g, seeds, feeds):
     """(graph, feed spec) that ``create_graph`` replays when a traced backward applied a
-    custom Function: the unoptimised backward, where that Function is still a node (its
-    forward, inlined before it, is decomposed away by optimize), with only its tensor
-    arguments as inputs (replay applies it again: its inlined forward is dead). None
-    when there is none (the optimised graph is replayed)."""
+    custom Function or has a composite op (``elu_backward``, ``_softmax`` ...): the
+    unoptimised backward, where that Function or op is still a node (optimize decomposes
+    them into their parts, whose derivatives can differ from the op's formula: elu's at 0),
+    a Function with only its tensor arguments as inputs (replay applies it again: its
+    inlined forward is dead). None when there is none (the optimised graph is replayed)."""
     found = [n for n in raw.nodes if n.op == "custom_function"]
-    if not found:
-        return None
+    if not found and not any(n.op in OPS and OPS[n.op].kind == "composite" for n in raw.nodes):
+        return None   # (a composite op, e.g. elu_backward, keeps its node: its own formula)
     for n in found:
         n.inputs = n.inputs[:n.attrs["n_in"]]
     dce(raw)

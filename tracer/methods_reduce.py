@@ -11,11 +11,12 @@ Contract
   indices), ``topk``, ``kthvalue``, ``median`` (no dim: the lower median's
   value; dim: values, indices) and ``dist``. Each (values, indices) pair is a
   ``values_indices`` named tuple (``.values``, ``.indices``), as torch's return types.
-- ``topk`` / ``kthvalue`` / ``median`` are composites: ``sort`` then a
+- ``topk`` / ``kthvalue`` / ``median(dim)`` are composites: ``sort`` then a
   ``narrow`` / ``select`` of values and indices (so ties resolve by position:
   the earliest index first, the lower median for even counts, as torch's
-  values; torch's indices on ties are unspecified). ``median()`` sends its
-  gradient to that one element (torch spreads it over ties). ``dist`` is
+  values; torch's indices on ties are unspecified). ``median()`` is the op
+  ``median`` (``tracer/ops_reduce.py``): the same lower median, its gradient split
+  evenly over the elements equal to it, as torch. ``dist`` is
   ``(self - other).norm(p)``.
 - Composites, differentiated through their parts: ``var`` is
   ``sum((x - mean)**2) / (N - correction)``, ``std`` its ``sqrt``; ``nansum``
@@ -194,10 +195,25 @@ class ReduceMethods:
             flat = self.reshape(-1)
             if flat.shape[0] == 0:
                 raise RuntimeError("median() of an empty tensor is not defined")
-            return flat._select_sorted(0, (flat.shape[0] - 1) // 2, False)[0]
+            return apply("median.default", [self], {})
         d = norm_dim(int(dim), self.ndim, "median")
         n = self.shape[d] if self.ndim else 1
         return self._select_sorted(d, (n - 1) // 2, keepdim)
+
+    def sum_to_size(self, *size):
+        """torch's: sum over the dims where ``size`` is 1 (or missing in front) so the result
+        has ``size``; ``size`` must be expandable to ``self``'s shape."""
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) \
+            else tuple(size)
+        shape = tuple(self.shape)
+        lead = len(shape) - len(size)
+        if lead < 0 or any(s not in (1, n) for s, n in zip(size, shape[lead:])):
+            raise RuntimeError(f"size {{{list(size)}}} is not expandable to size "
+                               f"{{{list(shape)}}}.")
+        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
+                                          if s == 1 and shape[lead + i] != 1)
+        out = self.sum(dims, keepdim=True) if dims else self
+        return out.reshape(size)
 
     def dist(self, other, p=2):
         return (self - other).norm(p)

@@ -6,6 +6,8 @@ Contract
   ``logaddexp``, ``erf``, ``matmul``, ``index_select`` ...), so it adds no op,
   no formula and no code generation: gradients (any order) come from the parts,
   and the same code runs on eager ``Tensor``s and on ``Tracer``s (``gj.grad``).
+  Exception: elu / celu / selu are the op ``elu`` (``tracer/ops_math.py``) with torch's
+  formulas, for their derivatives at exactly 0 (first: the negative side's; higher: 0).
 - Kinks follow torch where a ``where`` can say it: relu6 / hardtanh /
   hardsigmoid pass no gradient at their bounds; leaky_relu / threshold /
   hardshrink / softshrink select with strict comparisons as torch does.
@@ -43,7 +45,7 @@ import numbers
 import numpy as np
 
 from gradjit.tracer.api import where
-from gradjit.tracer.dispatch import as_operand, float_operand, norm_dim
+from gradjit.tracer.dispatch import apply, as_operand, float_operand, norm_dim
 from gradjit.tracer.methods_math import binop
 from gradjit.tracer.registry import GradjitError, GradjitRuntimeError, user_site
 from gradjit.tracer.rng_guard import check_draw
@@ -156,19 +158,21 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     return _act(input, inplace, lambda x: where(x > 0, x, x * float(negative_slope)), "leaky_relu")
 
 
+def _elu(x, alpha, scale=1.0, input_scale=1.0):
+    return apply("elu.default", [x], {"alpha": float(alpha), "scale": float(scale),
+                                      "input_scale": float(input_scale)})
+
+
 def elu(input, alpha=1.0, inplace=False):
-    return _act(input, inplace, lambda x: where(x > 0, x, x.clamp_max(0.0).expm1() * float(alpha)),
-                "elu")
+    return _act(input, inplace, lambda x: _elu(x, alpha), "elu")
 
 
 def celu(input, alpha=1.0, inplace=False):
-    a = float(alpha)
-    return _act(input, inplace, lambda x: where(x > 0, x, (x.clamp_max(0.0) / a).expm1() * a),
-                "celu")
+    return _act(input, inplace, lambda x: _elu(x, alpha, 1.0, 1.0 / float(alpha)), "celu")
 
 
 def selu(input, inplace=False):
-    return _act(input, inplace, lambda x: elu(x, _SELU_ALPHA) * _SELU_SCALE, "selu")
+    return _act(input, inplace, lambda x: _elu(x, _SELU_ALPHA, _SELU_SCALE), "selu")
 
 
 def gelu(input, approximate="none"):

@@ -13,6 +13,11 @@ Contract
   ``-(t max(log p, -100) + (1 - t) max(log1p(-p), -100))``: a composite (decomposed to
   those ops for code generation) with torch's gradient ``(p - t) / max(p (1 - p), 1e-12)``,
   finite at p = 0 or 1, where the chain through the clamped logs meets 0 * inf = NaN.
+- ``elu(x, alpha, scale, input_scale)`` is torch's ELU family (celu: input_scale =
+  1 / alpha; selu: its alpha and scale) and ``elu_backward`` its gradient: composites
+  (decomposed to ``where`` / ``expm1`` / ``exp`` for code generation) with torch's formulas,
+  whose kink at 0 no spelling in ``where`` + ``clamp`` can give: the first derivative at 0
+  is the negative side's (``x <= 0``), every higher one the positive side's, 0 (``x < 0``).
 - ``square``, ``deg2rad``, ``rad2deg``, ``addcmul``, ``addcdiv``, ``rsub`` with
   a tensor, ``clamp`` with tensor bounds and ``clip`` are composites spelled in
   the front end (``tracer/methods_math.py``) with the ops declared here.
@@ -168,3 +173,29 @@ def _bce_infer(types, attrs):
 
 defop("_binary_cross_entropy(Tensor self, Tensor target) -> Tensor", C, _bce_infer,
       _in_result_dtype(_bce))
+
+
+# -- ELU family (nn.functional.elu / celu / selu; tracer/nn_functional.py) ---------------------
+# Own ops for their derivatives at 0 (see the contract); values as torch:
+# x > 0: scale x; else alpha scale expm1(input_scale x).
+def _elu(x, alpha, scale, input_scale):
+    return np.where(x > 0, x * scale, np.expm1(np.minimum(x, 0) * input_scale) * (alpha * scale))
+
+
+def _elu_backward(g, s, alpha, scale, input_scale, is_result):
+    if is_result:   # s is the result: d/dx = input_scale (result + alpha scale) where <= 0
+        neg = g * input_scale * (s + alpha * scale)
+    else:
+        neg = g * (input_scale * alpha * scale) * np.exp(np.minimum(s, 0) * input_scale)
+    return np.where(s <= 0, neg, g * scale)
+
+
+def _elu_infer(types, attrs):
+    return [(broadcast_shapes("elu", types), _floaty(types, {}))]
+
+
+defop("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", C,
+      _elu_infer, _in_result_dtype(_elu))
+defop("elu_backward(Tensor grad_output, Scalar alpha, Scalar scale, Scalar input_scale, "
+      "bool is_result, Tensor self_or_result) -> Tensor", C, _elu_infer,
+      _in_result_dtype(_elu_backward))

@@ -9,6 +9,9 @@ Contract
   ``logsumexp`` and ``linalg_vector_norm`` are composites with formulas of their
   own, decomposed into primitive loops before code generation
   (``lowering/passes.py``); ``cumsum`` is a kernel (its own loop nest).
+- ``median`` (no dim) is a composite with a formula of its own: in value the lower
+  median of the flattened, sorted input (decomposed to ``sort`` + ``select``), its
+  gradient split evenly over the elements equal to it (torch).
 - ``_std_from_var`` is ``std`` from a variance: ``sqrt`` in value (a composite,
   decomposed to ``sqrt`` for code generation), with gradient 0 where the
   variance is 0 (see its ``derivatives.yaml`` entry); ``std_from_var(v)``
@@ -150,6 +153,19 @@ def _sort(x, dim, descending):
 
 defop("sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
       K, _with_indices, _sort)
+
+
+# -- median of all elements --------------------------------------------------------------------
+# Its own op (not sort + select in the front end) because its gradient is not the
+# gradient of a selection: torch splits it evenly over every element equal to the median
+# (``evenly_distribute_backward``). In value it is the lower median of the stably sorted
+# elements, so code generation decomposes it to exactly that (``lowering/passes.py``).
+def _median(x):
+    flat = np.sort(x.reshape(-1), kind="stable")
+    return np.asarray(flat[(flat.shape[0] - 1) // 2])
+
+
+defop("median(Tensor self) -> Tensor", C, lambda t, a: [((), t[0].dtype)], _median)
 
 
 # -- std from a variance -----------------------------------------------------------------------

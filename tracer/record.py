@@ -169,7 +169,9 @@ class History:
             return self.leaves[addr[1]]
         self.array(addr)
         fn, i = self.order[addr[1]], addr[2]
-        return Tensor(fn.out_data[i], grad_fn=fn, index=i, box=fn.versions[i][0])._mark(True)
+        # (an integer output, sort's indices, carries no gradient: as when it was made)
+        return Tensor(fn.out_data[i], grad_fn=fn, index=i,
+                      box=fn.versions[i][0])._mark(fn.out_types[i][1].kind == "f")
 
     def hooks(self, addr):
         fn, i = self.order[addr[1]], addr[2]

@@ -240,6 +240,14 @@ CASES = {
     "logcumsumexp.default": C(lambda a: (a.logcumsumexp(1), a.logcumsumexp(0)), U(2, 3)),
     "cummax.default": C(lambda a: (a.cummax(1)[0], a.cummax(0)[0]), U(3, 4)),
     "cummin.default": C(lambda a: (a.cummin(1)[0], a.cummin(0)[0]), U(3, 4)),
+    "elu.default": C(lambda a: (gj.nn.functional.elu(a, 1.3), gj.nn.functional.selu(a),
+                                gj.nn.functional.celu(a, 0.6)), U(3, 4)),
+    "elu_backward.default": C(lambda g, a: (
+        apply("elu_backward.default", [g, a], {"alpha": 1.3, "scale": 1.1, "input_scale": 0.7,
+                                               "is_result": False}),
+        apply("elu_backward.default", [g, a], {"alpha": 0.5, "scale": 1.0, "input_scale": 2.0,
+                                               "is_result": True})), U(3, 4), U(3, 4)),
+    "median.default": C(lambda a: a.median(), U(3, 4)),
     "sort.default": C(lambda a: (a.sort(dim=1)[0], a.sort(dim=0, descending=True)[0]), U(3, 4)),
     # indexing (tracer/ops_index.py)
     "slice.Tensor": C(lambda a: (a[1:, ::-2], a[..., 1]), U(3, 4)),

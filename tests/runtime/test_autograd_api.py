@@ -814,3 +814,19 @@ def test_is_grads_batched_with_create_graph_is_differentiable(interpreted, rng):
     F = lambda x: (W * (3 * np.outer(x, x ** 2) + (x ** 3).sum() * np.eye(3))).sum()
     fd = [(F(x0 + h) - F(x0 - h)) / 2e-6 for h in np.eye(3) * 1e-6]
     np.testing.assert_allclose(gx, fd, rtol=1e-6)
+
+
+def test_gradcheck_takes_torchs_keywords():
+    y = gj.tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
+    x = gj.tensor(np.array([0.7, 0.4, -1.5]), requires_grad=True)
+    kw = dict(check_batched_grad=True, nondet_tol=0.0, check_grad_dtypes=True, masked=False)
+    assert gj.autograd.gradcheck(gj.atan2, (y, x), check_forward_ad=True, **kw)
+    assert gj.autograd.gradcheck(lambda a: a.sin() * a, (x,), check_forward_ad=True,
+                                 check_backward_ad=False)
+    assert gj.autograd.gradgradcheck(gj.atan2, (y, x), **kw)
+    with pytest.raises(ValueError, match="check_forward_ad or check_backward_ad"):
+        gj.autograd.gradcheck(gj.atan2, (y, x), check_backward_ad=False)
+    with pytest.raises(NotImplementedError, match="masked"):
+        gj.autograd.gradcheck(gj.atan2, (y, x), masked=True)
+    with pytest.raises(NotImplementedError, match="check_fwd_over_rev"):
+        gj.autograd.gradgradcheck(gj.atan2, (y, x), check_fwd_over_rev=True)

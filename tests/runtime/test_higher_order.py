@@ -269,3 +269,20 @@ def test_a_transform_called_with_concrete_arguments_inside_a_trace_is_part_of_it
     np.testing.assert_allclose(
         gj.grad(lambda x: gj.jacrev(lambda y: x * y ** 2)(np.array([1.0, 2.0])).sum())(
             np.array([3.0, 4.0])), [2.0, 4.0])
+
+
+def test_create_graph_gradient_of_a_selection_does_not_require_grad_as_torch(interpreted):
+    # the backward of sort / indexing / gather / max(dim) reads grad, integer indices and the
+    # input's shape only: with grad_output not requiring grad, neither does the gradient
+    # (torch); sort's indices fed back to that backward carry no gradient either
+    x = gj.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    sel = [lambda t: t.sort()[0], lambda t: t[[1, 0]], lambda t: t[t > 2],
+           lambda t: t.index_select(1, gj.tensor(np.array([2, 0]))),
+           lambda t: t.gather(1, gj.tensor(np.array([[0], [2]]))), lambda t: t.max(1)[0],
+           lambda t: t.topk(2)[0], lambda t: t.median(1)[0]]
+    for f in sel:
+        (g,) = gj.autograd.grad(f(x).sum(), x, create_graph=True)
+        assert not g.requires_grad
+    seed = gj.tensor(np.ones(3), requires_grad=True)
+    (g,) = gj.autograd.grad(x.sort()[0], x, grad_outputs=seed.expand(2, 3), create_graph=True)
+    assert g.requires_grad   # (it depends on a grad_output that requires grad)

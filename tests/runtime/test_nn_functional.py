@@ -218,6 +218,48 @@ def test_second_order_through_composites(interpreted):
         np.testing.assert_allclose(xt.grad.data, fd, rtol=1e-4, atol=1e-6)
 
 
+_ELUS = [("elu", lambda v: F.elu(v), 1.0, 1.0, 1.0), ("elu2", lambda v: F.elu(v, 2.0), 2.0, 1.0, 1.0),
+         ("celu", lambda v: F.celu(v, 0.7), 0.7, 1.0, 1 / 0.7),
+         ("selu", F.selu, SELU_A, SELU_S, 1.0)]
+
+
+@pytest.mark.parametrize("name, f, alpha, scale, k", _ELUS, ids=[e[0] for e in _ELUS])
+def test_elu_family_derivatives_at_zero_and_elsewhere_as_torch(name, f, alpha, scale, k, executor):
+    """torch's elu_backward: the first derivative at exactly 0 is the negative side's
+    (alpha scale k); every higher derivative there is 0 (elu_double_backward masks < 0).
+    Elsewhere: finite differences of each order (gradgradcheck), in both ways in."""
+    xs = np.array([0.0, -0.5, 0.5, -2.0])
+    neg = alpha * scale * k * np.exp(k * xs)
+    x = gj.tensor(xs, requires_grad=True)
+    (g,) = gj.autograd.grad(f(x).sum(), x, create_graph=True)
+    (h,) = gj.autograd.grad(g.sum(), x, create_graph=True)
+    (h3,) = gj.autograd.grad(h.sum(), x)
+    np.testing.assert_allclose(g.data, np.where(xs > 0, scale, neg), rtol=1e-14)
+    np.testing.assert_allclose(h.data, np.where(xs < 0, k * neg, 0.0), rtol=1e-14)
+    np.testing.assert_allclose(h3.data, np.where(xs < 0, k * k * neg, 0.0), rtol=1e-13)
+    first = gj.grad(lambda u: f(u).sum())
+    np.testing.assert_allclose(first(xs), g.data, rtol=1e-14)
+    np.testing.assert_allclose(gj.grad(lambda u: first(u).sum())(xs), h.data, rtol=1e-14)
+    away = gj.tensor(np.array([[-1.3, 0.4, -0.2], [2.0, -0.7, 0.9]]), requires_grad=True)
+    assert gj.autograd.gradcheck(f, (away,))
+    assert gj.autograd.gradgradcheck(f, (away,))
+
+
+def test_elu_family_at_zero_matches_torch():
+    torch = pytest.importorskip("torch")
+    TF = torch.nn.functional
+    for ours, theirs in ((F.elu, TF.elu), (lambda v: F.celu(v, 0.7), lambda v: TF.celu(v, 0.7)),
+                         (F.selu, TF.selu), (lambda v: F.elu(v, 2.0), lambda v: TF.elu(v, 2.0))):
+        got, want = [], []
+        for lib, fn, out in ((gj, ours, got), (torch, theirs, want)):
+            x = lib.tensor([0.0, -0.5, 0.5, -3.0], dtype=lib.float64, requires_grad=True)
+            (g,) = lib.autograd.grad(fn(x).sum(), x, create_graph=True)
+            (h,) = lib.autograd.grad(g.sum(), x)
+            out += [np.asarray(t.detach().numpy() if lib is torch else t.data) for t in (g, h)]
+        for a, b in zip(got, want):   # (torch's celu rounds its alpha through float32)
+            np.testing.assert_allclose(a, b, rtol=1e-7)
+
+
 def test_stable_at_extremes_and_kinks(interpreted):
     x = gj.tensor(np.array([-1000.0, 0.0, 1000.0]), requires_grad=True)
     y = F.binary_cross_entropy_with_logits(x, np.array([1.0, 0.5, 0.0]), reduction="none")

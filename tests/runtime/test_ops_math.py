@@ -212,6 +212,42 @@ def test_sinc_as_torch(executor):
     np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
 
 
+def test_atan2_gradient_at_the_origin_is_zero_as_torch(executor):
+    """torch's atan2_backward masks 1 / (y^2 + x^2) to 0 where it is infinite: at (0, 0),
+    and where the sum underflows; elsewhere the usual x / r^2, -y / r^2."""
+    ys, xs = np.array([0.0, 1.0, 0.5, 0.0]), np.array([0.0, 0.0, -2.0, 1e-200])
+    gy, gx = _grads(gj.atan2, ys, xs)
+    np.testing.assert_array_equal(gy, [0.0, 0.0, -2.0 / 4.25, 0.0])
+    np.testing.assert_allclose(gx, [0.0, -1.0, -0.5 / 4.25, 0.0], rtol=1e-15)
+    # second order: finite differences away from the origin
+    y = gj.tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
+    x = gj.tensor(np.array([0.7, 0.4, -1.5]), requires_grad=True)
+    assert gj.autograd.gradcheck(gj.atan2, (y, x))
+    assert gj.autograd.gradgradcheck(gj.atan2, (y, x))
+    # at the origin torch's second derivative is 0 * inf = NaN (the masked reciprocal's own
+    # derivative); off it, it is finite
+    y = gj.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    x = gj.tensor(np.array([0.0, 0.0]), requires_grad=True)
+    gy, gx = gj.autograd.grad(gj.atan2(y, x).sum(), (y, x), create_graph=True)
+    hy, hx = gj.autograd.grad((gy * gy + gx * 3.0).sum(), (y, x))
+    assert np.isnan(hy.data[0]) and np.isnan(hx.data[0])
+    np.testing.assert_array_equal([hy.data[1], hx.data[1]], [3.0, 0.0])
+
+
+def test_atan2_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    ys, xs = [0.0, 1.0, 0.5, 0.0, -3.0], [0.0, 0.0, -2.0, 1e-200, 0.0]
+    got, want = [], []
+    for lib, out in ((gj, got), (torch, want)):
+        y = lib.tensor(ys, dtype=lib.float64, requires_grad=True)
+        x = lib.tensor(xs, dtype=lib.float64, requires_grad=True)
+        gy, gx = lib.autograd.grad(lib.atan2(y, x).sum(), (y, x), create_graph=True)
+        hy, hx = lib.autograd.grad((gy * gy + gx * 3.0).sum(), (y, x))
+        out += [np.asarray(t.detach().numpy() if lib is torch else t.data) for t in (gy, gx, hy, hx)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
 @pytest.mark.parametrize("name, ours, ref, xs", [
     ("erfinv", sp.erfinv, special.erfinv,
      np.r_[np.linspace(-0.999999, 0.999999, 401), 1 - 1e-15, -1 + 1e-12, 0.0, 1.0, -1.0]),

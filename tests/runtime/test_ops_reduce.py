@@ -150,6 +150,36 @@ def test_gradient_goes_to_the_selected_index(interpreted):
     np.testing.assert_array_equal(_grad(lambda x: x.topk(2)[0].sum(), x), [0.0, 1.0, 1.0, 0.0])
 
 
+def test_median_of_all_splits_its_gradient_over_ties_as_torch(interpreted):
+    # torch's evenly_distribute_backward: every element equal to the median gets 1/count
+    third = 1.0 / 3.0
+    np.testing.assert_allclose(_grad(lambda x: x.median(), [2.0, 2.0, -1.0, 2.0, 5.0]),
+                               [third, third, 0.0, third, 0.0])
+    np.testing.assert_array_equal(_grad(lambda x: (x * 2.0).median(), [[1.0, 3.0], [3.0, 0.0]]),
+                                  [[2.0, 0.0], [0.0, 0.0]])   # the lower median, no tie
+    np.testing.assert_array_equal(_grad(lambda x: x.median(), 4.0), 1.0)
+    x = gj.tensor(np.array([[2.0, 2.0], [-1.0, 2.0]]), requires_grad=True)
+    m = x.median()
+    assert m.item() == 2.0 and m.shape == ()
+    (g,) = gj.autograd.grad(m * m, x, create_graph=True)      # 2 m / 3 at each tie
+    np.testing.assert_allclose(g.data, [[4 / 3, 4 / 3], [0.0, 4 / 3]])
+    (h,) = gj.autograd.grad(g.sum(), x)                         # d(2m)/dx = 2 / 3 each
+    np.testing.assert_allclose(h.data, [[2 / 3, 2 / 3], [0.0, 2 / 3]])
+    # NumPy's np.median keeps its own semantics (mean of the middle two; one element each)
+    np.testing.assert_array_equal(gj.grad(lambda a: np.median(a))(np.array([2.0, 2.0, 1.0])),
+                                  [1.0, 0.0, 0.0])
+
+
+def test_median_of_all_matches_torch():
+    torch = pytest.importorskip("torch")
+    for vals in ([2.0, 2.0, -1.0, 2.0, 5.0], [[1.0, 1.0], [1.0, 1.0]], [3.0, 1.0, 1.0, 3.0]):
+        t = torch.tensor(vals, dtype=torch.float64, requires_grad=True)
+        t.median().backward()
+        x = gj.tensor(np.array(vals), requires_grad=True)
+        x.median().backward()
+        np.testing.assert_allclose(x.grad.data, t.grad.numpy())
+
+
 def test_values_and_indices_pairs_are_named_as_torchs(interpreted):
     x = gj.tensor(np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]]), requires_grad=True)
     pairs = {"max": x.max(dim=1), "min": x.min(1), "sort": x.sort(1), "topk": x.topk(2, 1),

@@ -58,3 +58,19 @@ def test_detach_in_place_makes_a_leaf():
     y = x * 2
     assert y.detach_() is y and not y.requires_grad and y.grad_fn is None and y.is_leaf
     np.testing.assert_array_equal(y.data, 2 * A)
+
+
+def test_sum_to_size_as_torch():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    x = gj.tensor(a, requires_grad=True)
+    y = x.sum_to_size(3, 1)
+    np.testing.assert_array_equal(y.data, a.sum(axis=(0, 2)).reshape(3, 1))
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, np.broadcast_to(2 * a.sum(axis=(0, 2))[:, None],
+                                                               a.shape))
+    assert x.sum_to_size((2, 1, 1)).shape == (2, 1, 1) and x.sum_to_size(4).shape == (4,)
+    assert x.sum_to_size(2, 3, 4).shape == (2, 3, 4)
+    with pytest.raises(RuntimeError, match=r"size \{\[3, 2\]\} is not expandable to size"):
+        x.sum_to_size(3, 2)
+    g = gj.grad(lambda v: (v.sum_to_size(3, 1) ** 2).sum())(a)
+    np.testing.assert_array_equal(g, x.grad.data)
