@@ -40,7 +40,7 @@ from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.guards import RETRACE_WARN, guards_for
 from gradjit.runtime.segments import compile_segmented, host_call, replay
-from gradjit.tracer.modes import is_anomaly_enabled
+from gradjit.tracer.modes import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from gradjit.tracer.record import History, address, value_at
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.gradfn import FREED
@@ -292,17 +292,21 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     if hist.freed:
         _check_not_freed(hist, plan)
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
+    checking = is_anomaly_enabled() and is_anomaly_check_nan_enabled()
+    sites = lambda j, op: (hist.order[j].site if j < len(hist.order) and hist.order[j].op == op
+                           else None)   # (node j of hist.graph() is op j)
     if create_graph:
         graph, spec = plan.replay or (plan.bwd_graph, plan.feeds)
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
                  else hist.tensor(a) for a in spec]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = replay(graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
+        results = replay(graph, feeds, cbs,
+                         (lambda n, r: check_node(n, r, sites)) if checking else None)
     else:
         arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed"
                   else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]
-        if is_anomaly_enabled():  # node by node, to name the op that made a NaN
-            results = checked_run(plan.bwd_graph, arrays, cbs)
+        if checking:  # node by node, to name the op that made a NaN
+            results = checked_run(plan.bwd_graph, arrays, cbs, sites)
         else:
             results = plan.exe(arrays, cbs)
     results = iter(results)
