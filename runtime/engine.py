@@ -53,10 +53,11 @@ _REBUILT = {}   # traced backwards' names -> plans built again for outside value
 
 class Plan:
     __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded",
-                 "replay")
+                 "replay", "readers")
 
-    def __init__(self, guard=None, guarded=(), replay=None, **kw):
+    def __init__(self, guard=None, guarded=(), replay=None, readers=None, **kw):
         self.guard, self.guarded, self.replay = guard, guarded, replay
+        self.readers = readers or {}
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -96,6 +97,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
     raw, feeds = extract(g, g.nodes[n_forward:], outs)
+    readers = _readers(raw, g, seeds, feeds)
     bwd = optimize(raw)
     before = list(bwd.inputs)  # optimize may append constants (decompositions)
     spec = [("const", bwd.constants[before[i]]) if i >= len(feeds) else _feed(g, seeds, feeds[i])
@@ -117,7 +119,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
                 bwd_graph=bwd, batched=batched, guard=guard,
                 guarded=tuple(sorted({f.__qualname__ for f in traced})),
-                replay=_replay_graph(raw, g, seeds, feeds))
+                replay=_replay_graph(raw, g, seeds, feeds), readers=readers)
 
 
 def _feed(g, seeds, v):
@@ -127,6 +129,28 @@ def _feed(g, seeds, v):
     if v in g.constants:  # made by a formula (e.g. the 0 of a where)
         return ("const", g.constants[v])
     return address(g, v)
+
+
+def _readers(raw, g, seeds, feeds):
+    """address -> positions of the forward ops whose backward formulas read the value
+    there (their saved values, in torch's terms): a backward node carries the position
+    of the op it was made for (``Site.pos``); -1 for a reader that names none."""
+    out = {}
+    fed = dict(zip(raw.inputs, feeds))
+    for n in raw.nodes:
+        pos = getattr(n.site, "pos", None)
+        for v in n.inputs:
+            if v in fed:
+                out.setdefault(v, set()).add(-1 if pos is None else pos)
+    for v in raw.outputs:   # (a gradient that is a forward value itself)
+        if v in fed:
+            out.setdefault(v, set()).add(-1)
+    by_addr = {}
+    for v, ps in out.items():
+        a = _feed(g, seeds, fed[v])
+        if a[0] not in ("seed", "const"):
+            by_addr[a] = frozenset(ps)
+    return by_addr
 
 
 def _replay_graph(raw, g, seeds, feeds):
@@ -231,11 +255,21 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused, fast_key=None):
 
 def _check_not_freed(hist, plan):
     """torch's rule for a second backward through a graph an earlier one freed: it fails
-    when it needs saved values (any array fed to the backward: the first one freed the
-    nodes' values, and torch frees saved leaves too; a custom Function's saved tensors);
-    one that reads none (y = (x + 1).sum()) runs and accumulates again."""
-    if (any(a[0] not in ("seed", "const") for a in plan.feeds)
-            or any(fn.ctx is not None for fn in hist.order)):
+    when a freed op's backward needs its saved values (any array its formula reads: the
+    first backward freed them, saved leaves included; a freed custom Function's saved
+    tensors); one that reads none (y = (x + 1).sum()) runs and accumulates again. A new
+    op's backward may read the value of a freed op (h = x + 3 backwarded, then h * h):
+    that value is not one the freed op saved, and the caller's h still holds it."""
+    order = hist.order
+    for a in plan.feeds:
+        if a[0] in ("seed", "const"):
+            continue
+        # (a deferred op never computed in a graph whose root was: a joint backward ran
+        # it inside and freed only the nodes it computed, runtime/fast_backward.py)
+        if any(p < 0 or order[p].freed or order[p].out_data is None
+               for p in plan.readers.get(a, (-1,))):
+            raise RuntimeError(FREED)
+    if any(fn.ctx is not None and fn.freed for fn in order):
         raise RuntimeError(FREED)
 
 
@@ -312,6 +346,7 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     results = iter(results)
     by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
     if not retain_graph:
+        feeds = arrays = None   # (a value only they hold is freed: GradFn.kept)
         hist.release()
     out = [None if a is None else by_addr[a] for a in wrt]
     across = len(wrt_tensors) > n_wrt   # an unused input here may be reached across a copy

@@ -367,6 +367,59 @@ def test_grad_also_frees_the_graph(interpreted):
         A.grad(y, x)
 
 
+SAVES_NOTHING = {"add": lambda x: x + 3.0, "reshape": lambda x: x.reshape(2, 1),
+                 "transpose": lambda x: x.reshape(2, 1).t(), "cat": lambda x: gj.cat([x, x]),
+                 "slice": lambda x: x[0:1] + 0.0}
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "eager"])
+@pytest.mark.parametrize("make", sorted(SAVES_NOTHING))
+def test_new_graph_on_a_freed_graph_that_saved_nothing_runs(executor, deferred, make):
+    # h = x + 3; h.sum().backward(); (h * h).sum().backward(): the second graph's mul
+    # reads h, a value no freed op saved (torch: x.grad = 1 + 2 (x + 3) = [9, 11]);
+    # gradjit refused any read of a freed graph's values. Expected values: 1 from the
+    # first backward plus d/dx sum(h * h) = 2 h dh/dx, summed where h repeats x.
+    prev = gj.set_deferred(deferred)
+    try:
+        for _ in range(2):   # the second step replays the first one's record
+            x = leaf([1.0, 2.0])
+            h = SAVES_NOTHING[make](x)
+            h.sum().backward()
+            first = x.grad.data.copy()
+            (h * h).sum().backward()
+            x2 = leaf([1.0, 2.0])
+            (g,) = A.grad((SAVES_NOTHING[make](x2) ** 2).sum(), x2)
+            np.testing.assert_allclose(x.grad.data, first + g.data)
+            if make == "add":
+                np.testing.assert_allclose(x.grad.data, [9.0, 11.0])
+            # a freed op that saved values still refuses
+            h = x.exp()
+            h.sum().backward()
+            with pytest.raises(RuntimeError, match=FREED):
+                (h * h).sum().backward()
+    finally:
+        gj.set_deferred(prev)
+
+
+def test_new_graph_on_a_freed_graph_matches_torch(interpreted):
+    torch = pytest.importorskip("torch")
+    for name, make in SAVES_NOTHING.items():
+        for second in (lambda h: h * h, lambda h: h.exp(), lambda h: h.sum() * 2.0):
+            got = []
+            for lib in (torch, gj):
+                x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+                h = make(x) if lib is gj else SAVES_NOTHING_TORCH[name](torch, x)
+                h.sum().backward()
+                second(h).sum().backward()
+                got.append(np.asarray(x.grad.tolist() if lib is torch else x.grad.data))
+            np.testing.assert_allclose(got[1], got[0], err_msg=name)
+
+
+SAVES_NOTHING_TORCH = {"add": lambda t, x: x + 3.0, "reshape": lambda t, x: x.reshape(2, 1),
+                       "transpose": lambda t, x: x.reshape(2, 1).t(),
+                       "cat": lambda t, x: t.cat([x, x]), "slice": lambda t, x: x[0:1] + 0.0}
+
+
 def test_retain_graph_allows_second_backward(interpreted):
     x = leaf([1.0, 2.0])
     y = (x.exp() * x).sum()
@@ -814,3 +867,4 @@ def test_is_grads_batched_with_create_graph_is_differentiable(interpreted, rng):
     F = lambda x: (W * (3 * np.outer(x, x ** 2) + (x ** 3).sum() * np.eye(3))).sum()
     fd = [(F(x0 + h) - F(x0 - h)) / 2e-6 for h in np.eye(3) * 1e-6]
     np.testing.assert_allclose(gx, fd, rtol=1e-6)
+
