@@ -41,7 +41,7 @@ from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.guards import RETRACE_WARN, guards_for
 from gradjit.runtime.segments import compile_segmented, host_call, replay
 from gradjit.tracer.modes import is_anomaly_check_nan_enabled, is_anomaly_enabled
-from gradjit.tracer.record import History, address, value_at
+from gradjit.tracer.record import History, _cut, address, value_at
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.tensor import Tensor, compute_pending
@@ -273,6 +273,24 @@ def _check_not_freed(hist, plan):
         raise RuntimeError(FREED)
 
 
+def _on_paths(hist, retained, present):
+    """The ``retain_grad`` tensors whose op torch's engine runs: those on a path from the
+    roots to a tensor asked for (their ops lead to one); ``grad(y, x)`` or
+    ``backward(inputs=...)`` leaves the others' ``.grad`` alone."""
+    asked, reach, pos = set(present), set(), hist.pos
+    for j, fn in enumerate(hist.order):
+        for e in map(_cut, fn.edges):
+            if isinstance(e, tuple):
+                k = pos.get(id(e[0]))
+                if k in reach or ("node", k, e[1]) in asked:
+                    reach.add(j)
+                    break
+            elif ("in", hist.leaf_pos.get(id(e))) in asked:
+                reach.add(j)
+                break
+    return [(a, t) for a, t in retained if a[1] in reach]
+
+
 def _leaf_results(wrt_tensors, out, allow_unused, create_graph, across=False):
     """Run leaf hooks on the gradients and refuse unused inputs (torch's message)."""
     for i, (t, g) in enumerate(zip(wrt_tensors, out)):
@@ -312,6 +330,8 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     wrt = [hist.addr(t) for t in wrt_tensors]
     present = list(dict.fromkeys(a for a in wrt if a is not None))
     retained = [(a, t) for a, t in hist.retained() if a not in present]
+    if retained:
+        retained = _on_paths(hist, retained, present)
     targets = present + [a for a, _ in retained]
     seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
     device = "cuda" if any(is_device_array(t.data) for t in roots) else "cpu"

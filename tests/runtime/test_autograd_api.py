@@ -868,3 +868,77 @@ def test_is_grads_batched_with_create_graph_is_differentiable(interpreted, rng):
     fd = [(F(x0 + h) - F(x0 - h)) / 2e-6 for h in np.eye(3) * 1e-6]
     np.testing.assert_allclose(gx, fd, rtol=1e-6)
 
+
+# --------------------------------------------------------------------------------------
+# retain_grad under autograd.grad (torch fills .grad of retaining tensors it reaches)
+# --------------------------------------------------------------------------------------
+
+def _retain_cases(lib):
+    """(name, value of .grad or None) for the cases below, with ``lib`` torch or gradjit."""
+    out = {}
+
+    def mk():
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        h = x ** 2
+        h.retain_grad()
+        return x, h
+
+    def arr(t):
+        return None if t is None else np.array(t.tolist() if lib is not gj else t.data)
+
+    x, h = mk()
+    lib.autograd.grad(h.sum(), x, retain_graph=True)
+    out["grad"] = arr(h.grad)
+    lib.autograd.grad((h * 3.0).sum(), x)
+    out["accumulates"] = arr(h.grad)
+    x, h = mk()
+    lib.autograd.grad(h.sum(), h)
+    out["asked"] = arr(h.grad)
+    x, h = mk()
+    w = lib.tensor([1.0, 1.0], dtype=lib.float64, requires_grad=True)
+    g = w * 2.0
+    g.retain_grad()
+    lib.autograd.grad((h + g).sum(), x)
+    out["off_path"], out["on_path"] = arr(g.grad), arr(h.grad)
+    x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+    x2 = x ** 2
+    x2.retain_grad()
+    h = x2 * 1.0
+    h.retain_grad()
+    k = h * 3.0
+    k.retain_grad()
+    lib.autograd.grad((k * 2.0).sum(), h)
+    out["upstream"], out["input"], out["between"] = arr(x2.grad), arr(h.grad), arr(k.grad)
+    x, h = mk()
+    w = lib.tensor([1.0, 1.0], dtype=lib.float64, requires_grad=True)
+    g = w * 2.0
+    g.retain_grad()
+    (h + g).sum().backward(inputs=[x])
+    out["backward_inputs_off_path"] = arr(g.grad)
+    return out
+
+
+EXPECTED_RETAINED = {"grad": [1.0, 1.0], "accumulates": [4.0, 4.0], "asked": [1.0, 1.0],
+                     "off_path": None, "on_path": [1.0, 1.0], "upstream": None,
+                     "input": [6.0, 6.0], "between": [2.0, 2.0],
+                     "backward_inputs_off_path": None}
+
+
+def test_grad_fills_retained_grads_on_its_paths(interpreted):
+    # h.retain_grad(); autograd.grad(h.sum(), x) left h.grad None (torch: [1, 1]); only
+    # tensors whose ops torch runs (on a path to an input asked for) get one
+    got = _retain_cases(gj)
+    for name, want in EXPECTED_RETAINED.items():
+        if want is None:
+            assert got[name] is None, name
+        else:
+            np.testing.assert_allclose(got[name], want, err_msg=name)
+
+
+def test_grad_fills_retained_grads_as_torch(interpreted):
+    torch = pytest.importorskip("torch")
+    ref, got = _retain_cases(torch), _retain_cases(gj)
+    for name in ref:
+        assert (ref[name] is None) == (got[name] is None), name
+        if ref[name] is not None:
+            np.testing.assert_allclose(got[name], ref[name], err_msg=name)
