@@ -55,9 +55,10 @@ def rule_for(table, node):
 
 
 @contextlib.contextmanager
-def attributed(graph, node):
-    """Nodes added meanwhile carry ``node``'s line and op (errors, anomaly mode)."""
-    graph.site_override = node.site.for_op(node.op) if node.site is not None else None
+def attributed(graph, node, pos=None):
+    """Nodes added meanwhile carry ``node``'s line and op (errors, anomaly mode), and
+    ``pos``, its position in ``graph.nodes`` (see ``Site``)."""
+    graph.site_override = node.site.for_op(node.op, pos) if node.site is not None else None
     try:
         yield
     finally:
@@ -91,7 +92,8 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None, start=0):
     for out, seed in zip(outputs, seeds):
         if seed is not None and out in active:
             accumulate(out, seed)
-    for node in reversed(graph.nodes[start:n_forward]):
+    for pos in range(n_forward - 1, start - 1, -1):
+        node = graph.nodes[pos]
         if on_grad is not None:
             for v in node.outputs:
                 if v in cot:
@@ -103,7 +105,7 @@ def adjoint(graph, outputs, seeds, wrt, rules=None, on_grad=None, start=0):
         if not any(mask):
             continue
         entry = rule_for(table, node)
-        with attributed(graph, node):
+        with attributed(graph, node, pos):
             if callable(entry):
                 grads = entry(graph, node, grad_outs, mask)
             else:

@@ -195,10 +195,17 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    materialize_grads)
     crossings = []
     with set_grad_enabled(create_graph):
-        _, grads, _ = run_backward(roots, seeds, wrt, retain_graph, create_graph, allow_unused,
-                                   batched=is_grads_batched, crossings=crossings)
+        _, grads, retained = run_backward(roots, seeds, wrt, retain_graph, create_graph,
+                                          allow_unused, batched=is_grads_batched,
+                                          crossings=crossings)
         if crossings:
             grads = _across(wrt, grads, crossings, retain_graph, create_graph)
+        if not is_grads_batched:   # torch fills retain_grad tensors here too (asked ones
+            # included); a batch of seeds has no one gradient to keep
+            retained = retained + [(t, g) for t, g in zip(wrt, grads) if t.retains_grad]
+            for t, g in retained:
+                if t is not None and g is not None:
+                    _accumulate(t, g)
     if not allow_unused and any(g is None for g in grads):   # (checked here after crossings)
         i = next(k for k, g in enumerate(grads) if g is None)
         raise RuntimeError(f"One of the differentiated Tensors appears to not have been used "

@@ -24,7 +24,7 @@ def source(fn):
     if isinstance(e, Tensor):
         return e
     src_fn, i = e
-    if src_fn.out_data is None:
+    if src_fn.out_data is None or src_fn.out_data[i] is None:
         raise RuntimeError("Trying to backward through the graph a second time (or directly "
                            "access saved tensors after they have already been freed).")
     t = Tensor(src_fn.out_data[i], grad_fn=src_fn, index=i)

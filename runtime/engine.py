@@ -40,8 +40,8 @@ from gradjit.runtime.fast_backward import register
 from gradjit.runtime.function import custom_rule, once_differentiable_rule
 from gradjit.runtime.guards import RETRACE_WARN, guards_for
 from gradjit.runtime.segments import compile_segmented, host_call, replay
-from gradjit.tracer.modes import is_anomaly_enabled
-from gradjit.tracer.record import History, address, value_at
+from gradjit.tracer.modes import is_anomaly_check_nan_enabled, is_anomaly_enabled
+from gradjit.tracer.record import History, _cut, address, value_at
 from gradjit.tracer.device import is_device_array
 from gradjit.tracer.gradfn import FREED
 from gradjit.tracer.registry import OPS
@@ -54,10 +54,11 @@ _REBUILT = {}   # traced backwards' names -> plans built again for outside value
 
 class Plan:
     __slots__ = ("exe", "feeds", "targets", "slots", "bwd_graph", "batched", "guard", "guarded",
-                 "replay")
+                 "replay", "readers")
 
-    def __init__(self, guard=None, guarded=(), replay=None, **kw):
+    def __init__(self, guard=None, guarded=(), replay=None, readers=None, **kw):
         self.guard, self.guarded, self.replay = guard, guarded, replay
+        self.readers = readers or {}
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -97,6 +98,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     grads = adjoint(g, g.outputs, seeds, [value_at(g, a) for a in targets], rules, on_grad)
     outs = [x for x in grads if x is not None]
     raw, feeds = extract(g, g.nodes[n_forward:], outs)
+    readers = _readers(raw, g, seeds, feeds)
     bwd = optimize(raw)
     before = list(bwd.inputs)  # optimize may append constants (decompositions)
     spec = [("const", bwd.constants[before[i]]) if i >= len(feeds) else _feed(g, seeds, feeds[i])
@@ -118,7 +120,7 @@ def build_plan(hist, seed_types, targets, batched=False, device="cpu"):
     return Plan(exe=exe, feeds=spec, targets=[x is not None for x in grads], slots=slots,
                 bwd_graph=bwd, batched=batched, guard=guard,
                 guarded=tuple(sorted({f.__qualname__ for f in traced})),
-                replay=_replay_graph(raw, g, seeds, feeds))
+                replay=_replay_graph(raw, g, seeds, feeds), readers=readers)
 
 
 def _feed(g, seeds, v):
@@ -128,6 +130,28 @@ def _feed(g, seeds, v):
     if v in g.constants:  # made by a formula (e.g. the 0 of a where)
         return ("const", g.constants[v])
     return address(g, v)
+
+
+def _readers(raw, g, seeds, feeds):
+    """address -> positions of the forward ops whose backward formulas read the value
+    there (their saved values, in torch's terms): a backward node carries the position
+    of the op it was made for (``Site.pos``); -1 for a reader that names none."""
+    out = {}
+    fed = dict(zip(raw.inputs, feeds))
+    for n in raw.nodes:
+        pos = getattr(n.site, "pos", None)
+        for v in n.inputs:
+            if v in fed:
+                out.setdefault(v, set()).add(-1 if pos is None else pos)
+    for v in raw.outputs:   # (a gradient that is a forward value itself)
+        if v in fed:
+            out.setdefault(v, set()).add(-1)
+    by_addr = {}
+    for v, ps in out.items():
+        a = _feed(g, seeds, fed[v])
+        if a[0] not in ("seed", "const"):
+            by_addr[a] = frozenset(ps)
+    return by_addr
 
 
 def _replay_graph(raw, g, seeds, feeds):
@@ -233,12 +257,40 @@ def _run_joint(hist, root, seeds, wrt_tensors, allow_unused, fast_key=None):
 
 def _check_not_freed(hist, plan):
     """torch's rule for a second backward through a graph an earlier one freed: it fails
-    when it needs saved values (any array fed to the backward: the first one freed the
-    nodes' values, and torch frees saved leaves too; a custom Function's saved tensors);
-    one that reads none (y = (x + 1).sum()) runs and accumulates again."""
-    if (any(a[0] not in ("seed", "const") for a in plan.feeds)
-            or any(fn.ctx is not None for fn in hist.order)):
+    when a freed op's backward needs its saved values (any array its formula reads: the
+    first backward freed them, saved leaves included; a freed custom Function's saved
+    tensors); one that reads none (y = (x + 1).sum()) runs and accumulates again. A new
+    op's backward may read the value of a freed op (h = x + 3 backwarded, then h * h):
+    that value is not one the freed op saved, and the caller's h still holds it."""
+    order = hist.order
+    for a in plan.feeds:
+        if a[0] in ("seed", "const"):
+            continue
+        # (a deferred op never computed in a graph whose root was: a joint backward ran
+        # it inside and freed only the nodes it computed, runtime/fast_backward.py)
+        if any(p < 0 or order[p].freed or order[p].out_data is None
+               for p in plan.readers.get(a, (-1,))):
+            raise RuntimeError(FREED)
+    if any(fn.ctx is not None and fn.freed for fn in order):
         raise RuntimeError(FREED)
+
+
+def _on_paths(hist, retained, present):
+    """The ``retain_grad`` tensors whose op torch's engine runs: those on a path from the
+    roots to a tensor asked for (their ops lead to one); ``grad(y, x)`` or
+    ``backward(inputs=...)`` leaves the others' ``.grad`` alone."""
+    asked, reach, pos = set(present), set(), hist.pos
+    for j, fn in enumerate(hist.order):
+        for e in map(_cut, fn.edges):
+            if isinstance(e, tuple):
+                k = pos.get(id(e[0]))
+                if k in reach or ("node", k, e[1]) in asked:
+                    reach.add(j)
+                    break
+            elif ("in", hist.leaf_pos.get(id(e))) in asked:
+                reach.add(j)
+                break
+    return [(a, t) for a, t in retained if a[1] in reach]
 
 
 def _leaf_results(wrt_tensors, out, allow_unused, create_graph, across=False):
@@ -280,6 +332,8 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     wrt = [hist.addr(t) for t in wrt_tensors]
     present = list(dict.fromkeys(a for a in wrt if a is not None))
     retained = [(a, t) for a, t in hist.retained() if a not in present]
+    if retained:
+        retained = _on_paths(hist, retained, present)
     targets = present + [a for a, _ in retained]
     seed_types = tuple((s.shape[1:] if batched else s.shape, s.dtype) for s in seeds)
     device = "cuda" if any(is_device_array(t.data) for t in roots) else "cpu"
@@ -294,22 +348,27 @@ def run_backward(roots, seeds, wrt_tensors, retain_graph=None, create_graph=Fals
     if hist.freed:
         _check_not_freed(hist, plan)
     cbs = _callbacks(hist, plan, create_graph) if plan.slots else ()
+    checking = is_anomaly_enabled() and is_anomaly_check_nan_enabled()
+    sites = lambda j, op: (hist.order[j].site if j < len(hist.order) and hist.order[j].op == op
+                           else None)   # (node j of hist.graph() is op j)
     if create_graph:
         graph, spec = plan.replay or (plan.bwd_graph, plan.feeds)
         feeds = [seeds[a[1]] if a[0] == "seed" else Tensor(a[1]) if a[0] == "const"
                  else hist.tensor(a) for a in spec]
         feeds = [f if isinstance(f, Tensor) else Tensor(np.asarray(f)) for f in feeds]
-        results = replay(graph, feeds, cbs, check_node if is_anomaly_enabled() else None)
+        results = replay(graph, feeds, cbs,
+                         (lambda n, r: check_node(n, r, sites)) if checking else None)
     else:
         arrays = [_seed_array(seeds[a[1]]) if a[0] == "seed"
                   else a[1] if a[0] == "const" else hist.array(a) for a in plan.feeds]
-        if is_anomaly_enabled():  # node by node, to name the op that made a NaN
-            results = checked_run(plan.bwd_graph, arrays, cbs)
+        if checking:  # node by node, to name the op that made a NaN
+            results = checked_run(plan.bwd_graph, arrays, cbs, sites)
         else:
             results = plan.exe(arrays, cbs)
     results = iter(results)
     by_addr = {a: (next(results) if has else None) for a, has in zip(targets, plan.targets)}
     if not retain_graph:
+        feeds = arrays = None   # (a value only they hold is freed: GradFn.kept)
         hist.release()
     out = [None if a is None else by_addr[a] for a in wrt]
     across = len(wrt_tensors) > n_wrt   # an unused input here may be reached across a copy

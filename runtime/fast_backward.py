@@ -37,6 +37,7 @@ from gradjit.runtime import tiers
 from gradjit.runtime.memory import Bounded
 from gradjit.tracer import gensrc, replay, tape
 from gradjit.tracer.deferred import compute_pending
+from gradjit.tracer.gradfn import kept
 from gradjit.tracer.modes import _anomaly as _ANOMALY
 from gradjit.tracer.tensor import accumulated, plain_tensor
 
@@ -251,8 +252,8 @@ def fast_backward(root):
             f.release()
     else:
         fn.out_data, fn.freed = None, True
-        for f in spent:
-            f.out_data, f.freed = None, True
+        for f in spent:   # (an eager node's Tensor the caller holds keeps its value: kept)
+            f.out_data, f.freed = kept(f.out_data), True
     i = 0
     if plain is not None:   # the usual case: each gradient as it comes
         for slot in plain:
@@ -349,9 +350,11 @@ def _take_factory(form):
             "            value = array(value, DTYPE)",
             "        root._data = value if value.shape == SHAPE else value.reshape(SHAPE)",
             "        fn.out_data, fn.freed = None, True"]
-    for j in range(n - 1):   # values computed on the way (run at once, or read) go
+    for j in range(n - 1):   # values computed on the way (run at once, or read) go, but
+        # those of ops run at once whose Tensor the caller holds (GradFn's kept)
         src += [f"        if n{j}.out_data is not None:",
-                f"            n{j}.out_data, n{j}.freed = None, True"]
+                f"            n{j}.out_data, n{j}.freed = "
+                f"{'kept(n%d.out_data)' % j if at_once[j] else 'None'}, True"]
     for i, (slot, shared, cast) in enumerate(grads):
         src.append(f"        g = res[{i + 1}]")
         if cast:
@@ -363,6 +366,7 @@ def _take_factory(form):
     src += ["        STATS['memory_hits'] += 1", "        STATS['fast_steps'] += 1",
             "        return True", "    return take"]
     scope = dict(_EPOCH=_EPOCH, _ANOMALY=_ANOMALY, _switches=_switches, getrefcount=getrefcount,
+                 kept=kept,
                  ndarray=np.ndarray, array=np.array, asarray=np.asarray,
                  plain_tensor=plain_tensor, accumulated=accumulated, STATS=STATS)
     mod = gensrc.load("take", f'"""gradjit generated: the fast backward of {n}-entry steps'

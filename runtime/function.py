@@ -17,14 +17,26 @@ Contract
   backward opaque. Values the traced backward reads from outside (globals,
   closure cells, class attributes, tensors) are guarded as a transform's are
   (``runtime/guards.py``): a change rebuilds the plan (``runtime/engine.py``).
+- A backward with side effects outside it (it counts calls, logs its gradients,
+  sets a global or a class attribute) is never traced into a plan: a trace runs
+  it once, with tracers, and a cached plan never again. It runs as a Python
+  callback on real Tensors at every backward, as torch runs it (``_effects``).
+  Found from its code before any trace (stores to globals, closure cells,
+  attributes of outside objects; item stores or mutating method calls with an
+  outside container in reach), and after a trace by a guard recorded before it
+  (outside values that the trace changed): then the class is marked and later
+  backwards run it as Python (that one trace's effects have happened).
 - In ``gj.jit`` / ``gj.grad`` (tracer arguments), forward and backward are
   both traced; the forward's ops are computed but not differentiated (the
   node's rule is the user's backward).
 """
 from __future__ import annotations
 
+import collections
+import dis
 import functools
 import logging
+import types
 
 import numpy as np
 
@@ -258,7 +270,8 @@ def custom_rule(hist, slots, traced=None):
         outs = [Tracer(graph, v) for v in node.outputs]
         needs = _expand_needs(node.attrs["tensor_args"], mask[:n_in])
         once = getattr(cls.backward, "_gj_once_differentiable", False)
-        if hist is None or not (once or ctx.opaque()):
+        effects = hist is not None and _effects(cls.backward)
+        if hist is None or not (once or effects or ctx.opaque()):
             if hist is None:
                 saved = ctx.to_save
             else:
@@ -268,8 +281,12 @@ def custom_rule(hist, slots, traced=None):
             grads = [Tracer(graph, g) if g is not None else
                      (_apply_op("zeros_like.default", [o], {}) if ctx.materialize_grads else None)
                      for g, o in zip(grad_outs, outs)]
+            before = None if hist is None else _guard_of(cls.backward)
             try:
                 res = cls.backward(_TracedCtx(ctx, saved, needs), *grads)
+                if before is not None and not before.holds():   # it changed outside state
+                    _EFFECTS[cls.backward] = f"changed {before.changed()!r} when traced"
+                    raise _Impure()
                 res = _per_tensor(cls, res, node.attrs["tensor_args"])
                 if not all(isinstance(r, Tracer) or r is None for r in res):
                     raise TypeError("backward returned non-tensor gradients")
@@ -281,6 +298,8 @@ def custom_rule(hist, slots, traced=None):
                     [None] * (len(node.inputs) - n_in)
             except _InvalidGradient:
                 raise
+            except _Impure:
+                _log_once(cls, f"has side effects ({_EFFECTS[cls.backward]})")
             except (GradjitError, TypeError, ValueError, AttributeError) as e:
                 if hist is None:
                     raise GradjitError(f"custom Function {cls.__name__}: its backward could not be "
@@ -288,7 +307,9 @@ def custom_rule(hist, slots, traced=None):
                                        f"must use gradjit ops", node.site) from e
                 _log_once(cls, f"could not be traced ({type(e).__name__}: {e})")
         else:
-            _log_once(cls, "is once_differentiable" if once else "keeps non-tensor state on ctx")
+            _log_once(cls, "is once_differentiable" if once else
+                      f"has side effects ({effects})" if effects else
+                      "keeps non-tensor state on ctx")
         need_idx = [i for i in range(n_in) if mask[i]]
         defined = tuple(g is not None for g in grad_outs)
         slots.append(("custom", (node.attrs["node"], tuple(need_idx), defined)))
@@ -304,6 +325,97 @@ def custom_rule(hist, slots, traced=None):
 
 class _InvalidGradient(GradjitError, RuntimeError):
     pass
+
+
+class _Impure(Exception):
+    pass
+
+
+_EFFECTS = {}   # backward function -> why it has side effects ("" when it has none)
+_MUTATORS = {"append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft",
+             "popitem", "update", "setdefault", "add", "discard", "remove", "clear", "sort",
+             "reverse", "write", "writelines", "put", "put_nowait", "send", "fill", "itemset",
+             "__setitem__", "__delitem__", "__iadd__", "__setattr__", "register_buffer"}
+_EFFECT_CALLS = {"print", "setattr", "delattr", "exec", "open", "input", "breakpoint"}
+_INERT = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+          types.MethodType, functools.partial, int, float,
+          complex, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def _container(v):
+    """Whether an outside value is state a backward could change in place: a container,
+    or an object of a user class (not a module, class, function or Tensor)."""
+    if isinstance(v, (list, dict, set, bytearray, np.ndarray, collections.deque)):
+        return True
+    return hasattr(v, "__dict__") and not isinstance(v, _INERT + (Tensor, Function))
+
+
+def _guard_of(fn):
+    """A guard of what ``fn`` reads from outside, recorded before a trace runs it (None
+    when there is nothing to check)."""
+    from gradjit.runtime.guards import guards_for
+    try:
+        return guards_for(fn, (), ())
+    except Exception:   # (a walk that fails checks nothing: the code scan still ran)
+        return None
+
+
+def _effects(fn):
+    """Why the backward ``fn`` has side effects outside it, read from its code, or ""
+    (memoised; a trace that changed outside state sets it too, ``custom_rule``)."""
+    why = _EFFECTS.get(fn)
+    if why is None:
+        why = _EFFECTS[fn] = _scan(fn)
+    return why
+
+
+def _scan(fn):
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+
+    def outside(name, kind):   # the value a global / free name is bound to now
+        try:
+            if kind == "free":
+                return cells[name].cell_contents
+            return fn.__globals__.get(name, getattr(fn.__globals__.get("__builtins__"), name,
+                                                     None))
+        except (KeyError, ValueError):
+            return None
+
+    todo, mutable = [code], False
+    while todo:
+        c = todo.pop()
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        prev = None
+        for ins in dis.get_instructions(c):
+            op, arg = ins.opname, ins.argval
+            if op in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                return f"sets the global {arg!r}"
+            if op in ("STORE_DEREF", "DELETE_DEREF") and arg in c.co_freevars:
+                return f"sets the closure variable {arg!r}"
+            if op in ("STORE_ATTR", "DELETE_ATTR") and (prev is None or prev.opname not in (
+                    "LOAD_FAST", "LOAD_DEREF") or prev.argval in c.co_freevars):
+                # (obj.a = v loads obj just before; obj.a += v leaves SWAPs between)
+                return f"sets the attribute {arg!r} of an object it does not make"
+            if op in ("LOAD_GLOBAL", "LOAD_NAME") and arg in _EFFECT_CALLS:
+                return f"calls {arg}()"
+            if op in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
+                kind = "free" if op == "LOAD_DEREF" and arg in c.co_freevars else "global"
+                if op != "LOAD_DEREF" or kind == "free":
+                    mutable = mutable or _container(outside(arg, kind))
+            if op in ("STORE_SUBSCR", "DELETE_SUBSCR") and mutable:
+                return "stores into an outside container"
+            if (op in ("LOAD_METHOD", "LOAD_ATTR") and arg in _MUTATORS and prev is not None
+                    and (prev.opname == "LOAD_ATTR" and mutable or prev.opname in (
+                        "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") and _container(
+                        outside(prev.argval, "free" if prev.opname == "LOAD_DEREF" and
+                                prev.argval in c.co_freevars else "global")))):
+                return f"calls .{arg}() on an outside object"
+            prev = ins
+    return ""
 
 
 def _check_grad_shape(cls, i, r, shape):

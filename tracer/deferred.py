@@ -98,7 +98,7 @@ def compute_pending(fns):
             for e in f.edges:
                 if type(e) is tuple:
                     src = e[0].out_data
-                    if src is None:   # an ancestor freed by an earlier backward
+                    if src is None or src[e[1]] is None:   # freed by an earlier backward
                         raise RuntimeError(FREED)
                     args.append(src[e[1]])
                 else:

@@ -6,7 +6,9 @@ Contract
   intermediate Tensor object, so freeing ``out_data`` after backward frees
   the saved arrays.
 - ``out_data`` holds the output arrays; None while a deferred op is pending
-  (tracer/deferred.py) and after ``release()`` (``freed`` tells which).
+  (tracer/deferred.py) and after ``release()`` (``freed`` tells which), but for
+  arrays something else still holds (``kept``: an eagerly computed op's Tensor
+  the caller keeps), with None in place of the others.
 - ``HookHandle`` is what ``Tensor.register_hook`` returns; ``LeafHooks`` holds a
   leaf's hooks; ``FREED`` is torch's error message for values of a node that
   backward freed.
@@ -119,8 +121,20 @@ class GradFn:
         """Backward is done with this node: its values go, but for a held node's (its
         Tensor reads them later, and keeps them alive anyway)."""
         if not self.held():
-            self.out_data = None
+            self.out_data = kept(self.out_data)
         self.freed = True
+
+
+def kept(out):
+    """What a backward leaves of a node's output arrays: those something else holds
+    (the caller's Tensor of an eagerly computed op; its refcount is over the list's,
+    the loop's and the call's). Freeing them would free nothing, and a new graph built
+    on that Tensor (h = cat(...) backwarded, then h * h) reads its value from here.
+    None when nothing is held."""
+    if out is None:
+        return None
+    out = [a if getrefcount(a) > 3 else None for a in out]
+    return out if any(a is not None for a in out) else None
 
 
 class LeafHooks(list):

@@ -150,7 +150,7 @@ class History:
                     f"{fn.name()}, is at version {t._box[0]}; expected version {version} instead.")
             return t._data
         fn, i = self.order[addr[1]], addr[2]
-        if fn.out_data is None:
+        if fn.out_data is None or fn.out_data[i] is None:
             raise RuntimeError(_FREED)
         box, version = fn.versions[i]
         if box[0] == version and fn.op in _VIEW_OPS:
@@ -217,7 +217,8 @@ def _base_version(fn, i):
     e, out = fn.edges[0], fn.out_data[i]
     if isinstance(e, tuple):
         base_fn, k = e
-        if base_fn.out_data is None or not np.may_share_memory(out, base_fn.out_data[k]):
+        if (base_fn.out_data is None or base_fn.out_data[k] is None
+                or not np.may_share_memory(out, base_fn.out_data[k])):
             return None
         box, version = base_fn.versions[k]
         if box[0] != version:

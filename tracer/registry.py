@@ -38,18 +38,22 @@ _OURS = _package_dirs()
 
 class Site:
     """A user source line. ``op`` names the forward op when the line is attributed to a
-    backward node (so anomaly errors can say which forward op produced a NaN)."""
+    backward node (so anomaly errors can say which forward op produced a NaN); ``pos`` is
+    that op's node position in its forward graph, so an error raised while running a
+    cached backward can name the line of the *current* recording (a plan is shared by
+    every graph of one structure, whatever lines recorded them)."""
 
-    __slots__ = ("filename", "lineno", "op", "via")
+    __slots__ = ("filename", "lineno", "op", "pos", "via")
 
-    def __init__(self, filename, lineno, op=None, via=None):
+    def __init__(self, filename, lineno, op=None, pos=None, via=None):
         self.filename = filename
         self.lineno = lineno
         self.op = op
+        self.pos = pos
         self.via = via   # the library line the traced value met, when the user's called it
 
-    def for_op(self, op):
-        return Site(self.filename, self.lineno, op, self.via)
+    def for_op(self, op, pos=None):
+        return Site(self.filename, self.lineno, op, pos, self.via)
 
     @property
     def text(self):

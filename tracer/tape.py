@@ -465,7 +465,9 @@ def check_handed(tape):
 def take(roots):
     tape = current()
     _local.tape = Tape()
-    return _taken(tape, roots)
+    taken = _taken(tape, roots)
+    tape.handed = []   # (checked: its copies would only keep the arrays alive, GradFn.kept)
+    return taken
 
 
 def peek(roots):

@@ -367,6 +367,59 @@ def test_grad_also_frees_the_graph(interpreted):
         A.grad(y, x)
 
 
+SAVES_NOTHING = {"add": lambda x: x + 3.0, "reshape": lambda x: x.reshape(2, 1),
+                 "transpose": lambda x: x.reshape(2, 1).t(), "cat": lambda x: gj.cat([x, x]),
+                 "slice": lambda x: x[0:1] + 0.0}
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "eager"])
+@pytest.mark.parametrize("make", sorted(SAVES_NOTHING))
+def test_new_graph_on_a_freed_graph_that_saved_nothing_runs(executor, deferred, make):
+    # h = x + 3; h.sum().backward(); (h * h).sum().backward(): the second graph's mul
+    # reads h, a value no freed op saved (torch: x.grad = 1 + 2 (x + 3) = [9, 11]);
+    # gradjit refused any read of a freed graph's values. Expected values: 1 from the
+    # first backward plus d/dx sum(h * h) = 2 h dh/dx, summed where h repeats x.
+    prev = gj.set_deferred(deferred)
+    try:
+        for _ in range(2):   # the second step replays the first one's record
+            x = leaf([1.0, 2.0])
+            h = SAVES_NOTHING[make](x)
+            h.sum().backward()
+            first = x.grad.data.copy()
+            (h * h).sum().backward()
+            x2 = leaf([1.0, 2.0])
+            (g,) = A.grad((SAVES_NOTHING[make](x2) ** 2).sum(), x2)
+            np.testing.assert_allclose(x.grad.data, first + g.data)
+            if make == "add":
+                np.testing.assert_allclose(x.grad.data, [9.0, 11.0])
+            # a freed op that saved values still refuses
+            h = x.exp()
+            h.sum().backward()
+            with pytest.raises(RuntimeError, match=FREED):
+                (h * h).sum().backward()
+    finally:
+        gj.set_deferred(prev)
+
+
+def test_new_graph_on_a_freed_graph_matches_torch(interpreted):
+    torch = pytest.importorskip("torch")
+    for name, make in SAVES_NOTHING.items():
+        for second in (lambda h: h * h, lambda h: h.exp(), lambda h: h.sum() * 2.0):
+            got = []
+            for lib in (torch, gj):
+                x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+                h = make(x) if lib is gj else SAVES_NOTHING_TORCH[name](torch, x)
+                h.sum().backward()
+                second(h).sum().backward()
+                got.append(np.asarray(x.grad.tolist() if lib is torch else x.grad.data))
+            np.testing.assert_allclose(got[1], got[0], err_msg=name)
+
+
+SAVES_NOTHING_TORCH = {"add": lambda t, x: x + 3.0, "reshape": lambda t, x: x.reshape(2, 1),
+                       "transpose": lambda t, x: x.reshape(2, 1).t(),
+                       "cat": lambda t, x: t.cat([x, x]), "slice": lambda t, x: x[0:1] + 0.0}
+
+
 def test_retain_graph_allows_second_backward(interpreted):
     x = leaf([1.0, 2.0])
     y = (x.exp() * x).sum()
@@ -830,3 +883,78 @@ def test_gradcheck_takes_torchs_keywords():
         gj.autograd.gradcheck(gj.atan2, (y, x), masked=True)
     with pytest.raises(NotImplementedError, match="check_fwd_over_rev"):
         gj.autograd.gradgradcheck(gj.atan2, (y, x), check_fwd_over_rev=True)
+
+
+# --------------------------------------------------------------------------------------
+# retain_grad under autograd.grad (torch fills .grad of retaining tensors it reaches)
+# --------------------------------------------------------------------------------------
+
+def _retain_cases(lib):
+    """(name, value of .grad or None) for the cases below, with ``lib`` torch or gradjit."""
+    out = {}
+
+    def mk():
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        h = x ** 2
+        h.retain_grad()
+        return x, h
+
+    def arr(t):
+        return None if t is None else np.array(t.tolist() if lib is not gj else t.data)
+
+    x, h = mk()
+    lib.autograd.grad(h.sum(), x, retain_graph=True)
+    out["grad"] = arr(h.grad)
+    lib.autograd.grad((h * 3.0).sum(), x)
+    out["accumulates"] = arr(h.grad)
+    x, h = mk()
+    lib.autograd.grad(h.sum(), h)
+    out["asked"] = arr(h.grad)
+    x, h = mk()
+    w = lib.tensor([1.0, 1.0], dtype=lib.float64, requires_grad=True)
+    g = w * 2.0
+    g.retain_grad()
+    lib.autograd.grad((h + g).sum(), x)
+    out["off_path"], out["on_path"] = arr(g.grad), arr(h.grad)
+    x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+    x2 = x ** 2
+    x2.retain_grad()
+    h = x2 * 1.0
+    h.retain_grad()
+    k = h * 3.0
+    k.retain_grad()
+    lib.autograd.grad((k * 2.0).sum(), h)
+    out["upstream"], out["input"], out["between"] = arr(x2.grad), arr(h.grad), arr(k.grad)
+    x, h = mk()
+    w = lib.tensor([1.0, 1.0], dtype=lib.float64, requires_grad=True)
+    g = w * 2.0
+    g.retain_grad()
+    (h + g).sum().backward(inputs=[x])
+    out["backward_inputs_off_path"] = arr(g.grad)
+    return out
+
+
+EXPECTED_RETAINED = {"grad": [1.0, 1.0], "accumulates": [4.0, 4.0], "asked": [1.0, 1.0],
+                     "off_path": None, "on_path": [1.0, 1.0], "upstream": None,
+                     "input": [6.0, 6.0], "between": [2.0, 2.0],
+                     "backward_inputs_off_path": None}
+
+
+def test_grad_fills_retained_grads_on_its_paths(interpreted):
+    # h.retain_grad(); autograd.grad(h.sum(), x) left h.grad None (torch: [1, 1]); only
+    # tensors whose ops torch runs (on a path to an input asked for) get one
+    got = _retain_cases(gj)
+    for name, want in EXPECTED_RETAINED.items():
+        if want is None:
+            assert got[name] is None, name
+        else:
+            np.testing.assert_allclose(got[name], want, err_msg=name)
+
+
+def test_grad_fills_retained_grads_as_torch(interpreted):
+    torch = pytest.importorskip("torch")
+    ref, got = _retain_cases(torch), _retain_cases(gj)
+    for name in ref:
+        assert (ref[name] is None) == (got[name] is None), name
+        if ref[name] is not None:
+            np.testing.assert_allclose(got[name], ref[name], err_msg=name)

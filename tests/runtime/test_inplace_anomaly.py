@@ -230,6 +230,39 @@ def test_without_anomaly_mode_nan_passes_silently(interpreted):
     assert np.isnan(x.grad.data[0])
 
 
+def test_detect_anomaly_check_nan_false_lets_nan_through(interpreted):
+    # torch: detect_anomaly(check_nan=False) records traces but does not raise on NaN
+    for mode in (lambda: A.detect_anomaly(check_nan=False),
+                 lambda: A.set_detect_anomaly(True, check_nan=False)):
+        x = leaf(0.0, 1.0)
+        with mode():
+            (x.sqrt() * 0.0).sum().backward()
+        assert np.isnan(x.grad.data[0]) and x.grad.data[1] == 0.0
+        x = leaf(0.0, 1.0)
+        with mode():
+            g, = A.grad((x.sqrt() * 0.0).sum(), x, create_graph=True)
+        assert np.isnan(g.data[0])
+
+
+def _anomaly_line(x):
+    return (x.sqrt() * 0.0).sum()  # first-line
+
+
+def _anomaly_other_line(x):
+    return (x.sqrt() * 0.0).sum()  # second-line
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_detect_anomaly_names_the_current_recording_line(interpreted, create_graph):
+    # two graphs of one structure share a cached backward plan: the error must name
+    # the line that recorded the graph being differentiated, not the first one's
+    for f, mark in ((_anomaly_line, "first-line"), (_anomaly_other_line, "second-line")):
+        x = leaf(0.0, 1.0)
+        with A.detect_anomaly(), pytest.raises(RuntimeError) as info:
+            A.grad(f(x), x, create_graph=create_graph)
+        assert "SqrtBackward0" in str(info.value) and mark in str(info.value)
+
+
 def test_set_detect_anomaly_compiled_path():
     x = leaf(0.0, 4.0)
     with A.set_detect_anomaly(True):
