@@ -192,7 +192,8 @@ class _Transformed:
         return self._trace_leaves(traced, layout)
 
     def _trace_leaves(self, traced, layout):
-        g, tracers, arg_values = trace(traced, name=self.__name__)
+        g, tracers, arg_values = trace(traced, name=self.__name__,
+                                       weak=pytree.weak_positions(layout))
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
         g.loop_regions = self.device != "cuda"   # (CUDA has no scans: loops stay unrolled)
         call_args, call_kwargs = pytree.join_args(layout, tracers)
