@@ -36,7 +36,7 @@ from gradjit.runtime.running_stats import hidden_updates, with_updates
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
-from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.registry import GradjitError, MaxStepsError, user_site
 from gradjit.tracer import pytree
 from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import swapped, traced_numpy
@@ -111,7 +111,7 @@ class _Transformed:
         if hot is not None and not kwargs and (hot[3] is None or hot[3].holds()):
             try:
                 res = hot[0](*args, *hot[1])
-            except (TypeError, IndexBoundsError):   # (the slow path names the user's line)
+            except (TypeError, IndexBoundsError, MaxStepsError):   # (slow path: the user's line)
                 return self._call_slow(args, kwargs)
             return res if hot[2] is None else hot[2](res)
         return self._call_slow(args, kwargs)
