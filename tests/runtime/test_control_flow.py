@@ -120,7 +120,7 @@ def test_while_loop_cut_short_by_max_steps_raises(executor, tiering):
         calls = {"jit": gj.jit(short), "grad": gj.grad(lambda a: short(a).sum()),
                  "value_and_grad": gj.value_and_grad(lambda a: short(a).sum()),
                  "jacfwd": gj.jacfwd(short), "jacrev": gj.jacrev(short),
-                 "eager": short}
+                 "hessian": gj.hessian(lambda a: (short(a) ** 2).sum()), "eager": short}
         for name, fn in calls.items():
             for _ in range(2):   # (the second call: the compiled hot path)
                 with pytest.raises(RuntimeError, match=msg):

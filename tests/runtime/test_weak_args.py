@@ -89,3 +89,19 @@ def test_python_float_in_a_pytree_and_nested_transform():
     np.testing.assert_allclose(g["s"], (W32 * W32).sum(), rtol=1e-6)
     outer = gj.jit(lambda w, s: gj.grad(lambda a, t: (a * t).sum())(w, s))
     assert outer(W32, 0.5).dtype == np.float32
+
+
+def test_against_jax_weak_types():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def loss(xp):
+        return lambda w, lam: ((lam * xp.maximum(w, 0.1) ** 2).sum()
+                               + xp.where(w > 0, w, lam).sum() * lam)
+    w = np.linspace(-1, 1, 4).astype(np.float32)
+    v, g = gj.value_and_grad(loss(np), argnums=(0, 1))(w, 0.3)
+    jv, jg = jax.value_and_grad(loss(jnp), argnums=(0, 1))(jnp.asarray(w), 0.3)
+    assert v.dtype == jv.dtype == np.float32 and g[0].dtype == jg[0].dtype == np.float32
+    np.testing.assert_allclose(v, jv, rtol=1e-6)
+    np.testing.assert_allclose(g[0], jg[0], rtol=1e-6)
+    np.testing.assert_allclose(g[1], jg[1], rtol=1e-6)
