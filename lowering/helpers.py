@@ -29,6 +29,12 @@ def maybe_multiply(x, s):
 
 
 @helper
+def while_steps_check(x, running, max_steps):
+    """``x`` once ``running`` is false (gj.while_loop cut short by max_steps raises)."""
+    return apply("while_steps_check.default", [x, running], {"max_steps": max_steps})
+
+
+@helper
 def zeros_like(x):
     return apply("zeros_like.default", [x], {})
 

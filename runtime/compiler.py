@@ -28,7 +28,8 @@ Contract
 - Tiering (runtime/tiers.py): a structure whose source is not on disk gets a
   ``Tiered`` executable (the interpreter until a background thread has compiled it),
   unless ``gj.set_tiering``/``$GRADJIT_TIERING`` say ``sync`` or ``never``.
-- An index out of bounds raised by compiled code (``IndexBoundsError``) leaves an
+- An index out of bounds raised by compiled code (``IndexBoundsError``), or a
+  ``gj.while_loop`` cut short by its ``max_steps`` (``MaxStepsError``), leaves an
   executable's call at the user's line of the op that met it (``locate``).
 """
 from __future__ import annotations
@@ -60,6 +61,7 @@ from gradjit.runtime.levels import GENERATED
 from gradjit.runtime.links import compile_fresh, load_links, save_links
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.ops_index import IndexBoundsError
+from gradjit.tracer.registry import MaxStepsError
 
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
          "fast_steps": 0,   # (backward() calls runtime/fast_backward.py took)
@@ -246,7 +248,7 @@ class Executable:
                 else:
                     res = self.fn(*[a[()] if s else a for a, s in zip(arrays, self.scalar_in)],
                                   self.consts)
-            except IndexBoundsError:
+            except _RUN_TIME_ERRORS:
                 raise
             except (TypeError, IndexError):
                 # Non-contiguous, read-only, Python scalars or other dtypes: coerce, then call.
@@ -254,7 +256,7 @@ class Executable:
                                 np.array(a, dtype=v.dtype, order="C")
                                 for a, s, v in zip(arrays, self.scalar_in, self.graph.inputs)],
                               self.consts)
-        except IndexBoundsError as e:
+        except _RUN_TIME_ERRORS as e:
             raise locate(e, self.graph, arrays) from None
         return res if self.plain_out else self.finish(res)
 
@@ -282,7 +284,7 @@ class PackedExecutable(Executable):
         args = [a[()] if s else a for a, s in zip(args, (self.scalar_in[i] for i in self.loose))]
         try:
             res = self.fn(*args, *self._stack(arrays, check=False), self.consts)
-        except IndexBoundsError as e:
+        except _RUN_TIME_ERRORS as e:
             raise locate(e, self.graph, arrays) from None
         return res if self.plain_out else self.finish(res)
 
@@ -312,22 +314,43 @@ def _c_array(a, dt):
     return a if a.flags.writeable else a.copy()
 
 
+# what generated code raises at run time, without the user's line (``locate`` adds it)
+_RUN_TIME_ERRORS = (IndexBoundsError, MaxStepsError)
+
+
 def locate(err, graph, arrays):
     """``err``, an ``IndexBoundsError`` the compiled code of ``graph`` raised (its source
     holds no user line: one source serves every graph of a structure), at the line of
     the node that met a bad index: the reference interpreter runs the graph again on the
     same arrays and raises at the first such node (error path only). ``err`` itself when
-    the arrays do not fit the graph (a batched call) or the interpreter finds nothing."""
-    if err.site is not None or len(arrays) != len(graph.inputs) or any(
-            np.shape(a) != v.shape for a, v in zip(arrays, graph.inputs)):
+    the arrays do not fit the graph (a batched call: ``_only_site``) or the interpreter
+    finds nothing."""
+    if err.site is not None:
         return err
+    if len(arrays) != len(graph.inputs) or any(
+            np.shape(a) != v.shape for a, v in zip(arrays, graph.inputs)):
+        return _only_site(err, graph)
     try:
         interpret(graph, [np.asarray(a) for a in arrays])
-    except IndexBoundsError as found:
+    except _RUN_TIME_ERRORS as found:
         return found
     except Exception:   # noqa: BLE001 - any other failure: the compiled error stands
         pass
     return err
+
+
+def _only_site(err, graph):
+    """A batched call's ``MaxStepsError`` at its loop's line, when the graph (bodies too)
+    has one ``gj.while_loop`` of that ``max_steps``; else ``err`` as it is."""
+    sites, todo = set(), [graph]
+    while todo:
+        for n in todo.pop().nodes:
+            todo += [a.graph for a in n.attrs.values() if hasattr(a, "graph")]
+            if n.op == "while_steps_check.default" and n.site is not None and \
+                    n.attrs["max_steps"] == getattr(err, "max_steps", None):
+                sites.add(str(n.site))
+                site = n.site
+    return err.located(site) if len(sites) == 1 else err
 
 
 class Interpreted:

@@ -178,7 +178,7 @@ def _callable(t, layout, sig, exe, tree):
             return None, (f"argument {i} is a pytree ({treedef[0]}): pytree arguments are not "
                           f"callable from @njit; pass its leaves as separate C-contiguous "
                           f"arrays, or one flat array (gj.ravel_pytree)")
-        if rest[0] != (None,):
+        if rest[0] not in ((None,), (pytree.WEAK,)):   # (a Python float: 0-d, below)
             return None, (f"argument {i} is a {type(rest[0][0].value).__name__}, not an array: "
                           f"@njit code passes arrays only")
     zero = [str(i) for i, (s, _) in enumerate(sig) if s == ()]

@@ -36,7 +36,7 @@ from gradjit.runtime.running_stats import hidden_updates, with_updates
 from gradjit.runtime.cuda import compile_graph_cuda, require, to_device, to_host
 from gradjit.tracer.api import apply
 from gradjit.tracer.device import canonical, is_device_array
-from gradjit.tracer.registry import GradjitError, user_site
+from gradjit.tracer.registry import GradjitError, MaxStepsError, user_site
 from gradjit.tracer import pytree
 from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import swapped, traced_numpy
@@ -111,7 +111,7 @@ class _Transformed:
         if hot is not None and not kwargs and (hot[3] is None or hot[3].holds()):
             try:
                 res = hot[0](*args, *hot[1])
-            except (TypeError, IndexBoundsError):   # (the slow path names the user's line)
+            except (TypeError, IndexBoundsError, MaxStepsError):   # (slow path: the user's line)
                 return self._call_slow(args, kwargs)
             return res if hot[2] is None else hot[2](res)
         return self._call_slow(args, kwargs)
@@ -192,7 +192,8 @@ class _Transformed:
         return self._trace_leaves(traced, layout)
 
     def _trace_leaves(self, traced, layout):
-        g, tracers, arg_values = trace(traced, name=self.__name__)
+        g, tracers, arg_values = trace(traced, name=self.__name__,
+                                       weak=pytree.weak_positions(layout))
         g.view_tree = {}   # NumPy views of the user's code (tracer/tracer_setitem.py)
         g.loop_regions = self.device != "cuda"   # (CUDA has no scans: loops stay unrolled)
         call_args, call_kwargs = pytree.join_args(layout, tracers)

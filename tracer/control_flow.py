@@ -27,7 +27,8 @@ import numpy as np
 from gradjit.tracer import pytree
 from gradjit.tracer.interp import interpret
 from gradjit.tracer.ir import Graph
-from gradjit.tracer.registry import GradjitError, defop, user_site
+from gradjit.tracer.api import apply
+from gradjit.tracer.registry import GradjitError, MaxStepsError, defop, user_site
 from gradjit.tracer.trace import BODIES, BodyTrace, Tracer, constant
 
 
@@ -86,6 +87,19 @@ def _while_impl(*arrays, cond_body, body, n_carry):
     return tuple(np.array(c) for c in carry)
 
 
+def _steps_check_infer(types, _attrs):
+    x, running = types
+    if running.shape != () or np.dtype(running.dtype) != np.bool_:
+        raise GradjitError("while_steps_check: running must be a boolean scalar")
+    return [(x.shape, x.dtype)]
+
+
+def _steps_check_impl(x, running, max_steps):
+    if bool(running):
+        raise MaxStepsError(max_steps)
+    return np.array(x)
+
+
 def _no_infer(name):
     def infer(_types, _attrs):
         raise GradjitError(f"{name}: region nodes are built by tracer/control_flow.py only")
@@ -99,6 +113,10 @@ defop("cond(Tensor pred, Tensor args, Region true_body, Region false_body) -> Te
 defop("call(Tensor args, Region body) -> Tensor", "kernel", _no_infer("call"), _call_impl)
 defop("while(Tensor args, Region cond_body, Region body, int n_carry) -> Tensor", "kernel",
       _no_infer("while"), _while_impl)
+# ``self`` itself, once ``running`` (cond_fun still true after max_steps) is seen false:
+# what gj.while_loop with max_steps returns, so no executor hands back a truncated loop
+defop("while_steps_check(Tensor self, Tensor running, int max_steps) -> Tensor", "kernel",
+      _steps_check_infer, _steps_check_impl)
 
 
 # -- tracing a body -----------------------------------------------------------------------------
@@ -298,7 +316,9 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
     outer = _enclosing()
     if outer is None:
         val, k = init_val, 0
-        while bool(cond_fun(val)) and (max_steps is None or k < max_steps):
+        while bool(cond_fun(val)):
+            if max_steps is not None and k >= max_steps:
+                raise MaxStepsError(max_steps, user_site())
             val, k = body_fun(val), k + 1
         return val
     if max_steps is not None:
@@ -315,8 +335,14 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
             # once stopped, the body does not run (a cond, not a where over its result:
             # sqrt(x - 0.5) past the stop made NaN derivatives that 0 * NaN let through)
             return (cond(live, checked_body, lambda v: v, val), live), None
-        return _scan(step, (init_val, np.array(True)), None, int(max_steps), False,
-                     "gj.while_loop")[0][0]
+        (val, live), _ = _scan(step, (init_val, np.array(True)), None, int(max_steps), False,
+                               "gj.while_loop")
+        # cond_fun still true after the last step: the loop was cut short, an error when
+        # the result (or its gradient, through the check's formula) is computed
+        running = np.logical_and(live, cond_fun(val))
+        leaves, tree = pytree.flatten(val)
+        return pytree.unflatten(tree, [apply("while_steps_check.default", [x, running],
+                                             {"max_steps": int(max_steps)}) for x in leaves])
     c_leaves, c_tree = pytree.flatten(init_val)
     c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]
     nc = len(c_in)

@@ -149,7 +149,8 @@ def strong(x, other):
     float32 array * np.float64(2) is float64), unlike a Python number: where that changes
     the result dtype it becomes a 0-d constant. Torch tensors keep torch's rule (weak)."""
     if (isinstance(x, np.generic) and getattr(other, "_numpy_promotion", False)
-            and np.result_type(other.dtype, x) != np.result_type(other.dtype, x.item())):
+            and (getattr(other, "_weak", False)   # (a weak traced Python float: 0.5 * f32(2))
+                 or np.result_type(other.dtype, x) != np.result_type(other.dtype, x.item()))):
         return other._const(np.asarray(x))
     return x
 
@@ -194,7 +195,8 @@ def as_operand(x, like):
         return x
     if is_scalar(x):
         dt = np.result_type(like.dtype, x)
-        return like._const(np.asarray(x, dtype=dt))
+        c = like._const(np.asarray(x, dtype=dt))
+        return like._weakly(c) if getattr(like, "_weak", False) else c   # (lam + 1: weak)
     return like._const(np.asarray(x))
 
 

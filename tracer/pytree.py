@@ -13,7 +13,8 @@ Contract
   the leaves it traces (arrays, NumPy scalars, Python floats and complexes,
   tensors) and a key made of the structure, the traced leaves' shapes and
   dtypes, and the values of the static leaves (str, int, bool, callables, any
-  other hashable object, and whole arguments named static); an array in non-native byte
+  other hashable object, and whole arguments named static); a Python float leaf is
+  traced weakly (``WEAK`` in the layout, ``weak_positions``: NEP 50); an array in non-native byte
   order (``>f8`` on a little-endian machine) is traced as its native copy. ``join_args``
   puts tracers back where the traced leaves were.
 - ``ravel_pytree(tree) -> (flat, unravel)``: one float64-or-promoted 1-D array
@@ -163,7 +164,8 @@ def _split(a, traced, static, name, where):
         return ("static", _hashable(a, name, where))
     leaves, treedef = flatten(a)
     kinds = []
-    for x in leaves:
+    for leaf in leaves:
+        x = leaf
         if is_traced_leaf(x):
             if not hasattr(x, "shape"):
                 x = np.asarray(x)
@@ -171,7 +173,7 @@ def _split(a, traced, static, name, where):
                 # Numba types native byte order only: the same values, swapped once here
                 x = x.astype(x.dtype.newbyteorder("="))
             traced.append(x)
-            kinds.append(None)
+            kinds.append(WEAK if type(leaf) in (float, complex) else None)
         else:
             kinds.append(_hashable(x, name, where))
     return ("tree", treedef, tuple(kinds))
@@ -187,6 +189,28 @@ def _hashable(x, name, where):
     return Static(x)
 
 
+class _Weak:
+    """The kind of a traced Python float (or complex) leaf in a layout: traced, as an
+    array leaf (kind None) is, but weakly typed (NEP 50), so its key differs from that of
+    ``np.float64(0.5)`` or ``np.array(0.5)`` (strong) in the same place."""
+
+    __slots__ = ()
+    value = 0.0   # (what an error naming the leaf's type reads)
+
+    def __repr__(self):
+        return "WEAK"
+
+
+WEAK = _Weak()
+
+
+def weak_positions(layout):
+    """The indexes, among the traced leaves of ``layout``, of the weak (Python float) ones."""
+    kinds = [k for part in (*layout[0], *(p for _, p in layout[1])) if part[0] != "static"
+             for k in part[2] if k is None or k is WEAK]
+    return {i for i, k in enumerate(kinds) if k is WEAK}
+
+
 def join_args(layout, tracers):
     """Rebuild ``(args, kwargs)`` with ``tracers`` in place of the traced leaves."""
     it = iter(tracers)
@@ -200,12 +224,12 @@ def _join(part, it):
     if part[0] == "static":
         return part[1].value
     _, treedef, kinds = part
-    return unflatten(treedef, [next(it) if k is None else k.value for k in kinds])
+    return unflatten(treedef, [next(it) if k is None or k is WEAK else k.value for k in kinds])
 
 
 def count_traced(part):
     """How many traced leaves one argument's part holds."""
-    return 0 if part[0] == "static" else sum(k is None for k in part[2])
+    return 0 if part[0] == "static" else sum(k is None or k is WEAK for k in part[2])
 
 
 def ravel_pytree(tree):

@@ -217,6 +217,28 @@ class GradjitRuntimeError(GradjitError, RuntimeError):
     """Where torch raises RuntimeError, so ported ``except RuntimeError`` code works."""
 
 
+class MaxStepsError(GradjitRuntimeError):
+    """``gj.while_loop(..., max_steps=n)`` whose ``cond_fun`` still held after ``n`` steps:
+    its result would be cut short. Raised at run time by every executor (the interpreter's
+    reference and the generated code of ``while_steps_check``) with ``n`` only; ``located``
+    adds the user's line, as ``IndexBoundsError``'s."""
+
+    def __init__(self, max_steps, site=None):
+        self.max_steps = int(max_steps)
+        GradjitError.__init__(self, f"gj.while_loop: cond was still true after "
+                                    f"max_steps={self.max_steps} steps; raise max_steps "
+                                    f"(the loop's result would be cut short)", site)
+
+    def located(self, site):
+        """The same error at ``site`` (self when there is none, or one already)."""
+        if site is None or self.site is not None:
+            return self
+        return MaxStepsError(self.max_steps, site)
+
+    def __reduce__(self):
+        return type(self), (self.max_steps, self.site)
+
+
 class UnknownOpError(GradjitError, KeyError):
     def __str__(self):
         return self.args[0]

@@ -24,6 +24,7 @@ import numpy as np
 from gradjit.tracer import pytree
 from gradjit.tracer.api import ArrayOps
 from gradjit.tracer.numpy_methods import NumpyMethods
+from gradjit.tracer.dispatch import NUMPY_CALL
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.registry import (GradjitError, _user_frame, bind_attrs, get_op, real_only,
                                      user_site)
@@ -247,6 +248,9 @@ class Tracer(NumpyMethods, ArrayOps):
             g = body.graph   # a loop body reads an outer value: it becomes a body input
         op = get_op(op_name)
         attrs = bind_attrs(op, attrs)
+        weak_out = False
+        if any(x.__class__ is WeakTracer for x in inputs):
+            inputs, weak_out = _weak_operands(op, inputs)
         vals = []
         for k, x in enumerate(inputs):
             if isinstance(x, Tracer):
@@ -265,10 +269,59 @@ class Tracer(NumpyMethods, ArrayOps):
         for _, dt in out_types:   # (x * 1j: a complex result of real operands)
             real_only(np.dtype(dt), f"the result of {op_name}")
         outs = g.add_node(op_name, vals, attrs, out_types, site)
-        res = [Tracer(g, v) for v in outs]
+        res = [(WeakTracer if weak_out and v.dtype.kind in "fc" else Tracer)(g, v) for v in outs]
         if op_name in VIEW_OPS and view_of and g.view_tree is not None:
             note_view(inputs[0], res[0], op_name, attrs)   # NumPy's view semantics
         return res[0] if len(res) == 1 else tuple(res)
+
+
+class WeakTracer(Tracer):
+    """A traced Python float argument (or a value computed from such ones by Python
+    operators alone): weakly typed, as a Python number is to NumPy 2 (NEP 50) and a weak
+    type to JAX. Its Value is float64 (the number's own precision); where it meets a
+    strong operand in an op with an elementwise promotion, ``_weak_operands`` casts it to
+    the dtype NumPy gives that operand and a Python float (float32 array * 0.5: float32)."""
+    __slots__ = ()
+
+    _weak = True
+
+    @staticmethod
+    def _weakly(t):
+        return WeakTracer(t.graph, t.value)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        NUMPY_CALL.depth += 1   # (a ufunc's result is strong: np.exp(0.5) is an np.float64)
+        try:
+            return Tracer.__array_ufunc__(self, ufunc, method, *inputs, **kwargs)
+        finally:
+            NUMPY_CALL.depth -= 1
+
+
+Tracer._weak = False
+
+
+def _weak_operands(op, inputs):
+    """``(inputs, weak result?)`` of an op reading weak tracers. Beside strong operands,
+    in an op NumPy promotes elementwise, each weak one is cast to NumPy's dtype for the
+    strong dtypes and a Python scalar of the weak one's kind; an op whose tensors are all
+    weak gives a weak float result when a Python operator made it (``lam * 2``, ``-lam``),
+    not a NumPy function (``np.exp(lam)`` is a strong float64, as NumPy's)."""
+    rule = getattr(op, "promotion", "")
+    first = 1 if rule == "where" else 0   # (where's condition takes no part)
+    strong = [np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
+              for x in inputs[first:] if x.__class__ is not WeakTracer]
+    if not strong:
+        return inputs, op.kind == "elementwise" and NUMPY_CALL.depth == 0
+    if not rule:   # (not elementwise: the number is an array to NumPy, float64)
+        return inputs, False
+    out = list(inputs)
+    for k in range(first, len(out)):
+        x = out[k]
+        if x.__class__ is WeakTracer:
+            dt = np.result_type(*strong, 0j if x.dtype.kind == "c" else 0.0)
+            if dt != x.dtype:
+                out[k] = Tracer(x.graph, x.value).astype(dt)
+    return out, False
 
 
 def _augmented(sign, op):
@@ -351,8 +404,9 @@ def _as_tracer(graph, x):
     return x if isinstance(x, Tracer) else constant(graph, x)
 
 
-def trace(args, name="jit"):
-    """A new graph with one input per array in ``args`` (``None`` entries are skipped)."""
+def trace(args, name="jit", weak=()):
+    """A new graph with one input per array in ``args`` (``None`` entries are skipped);
+    ``weak``: the positions in ``args`` of Python floats, traced weakly (``WeakTracer``)."""
     g = Graph(name)
     tracers, arg_values = [], []
     for a in args:
@@ -364,7 +418,7 @@ def trace(args, name="jit"):
         real_only(a.dtype, f"argument {len(arg_values)} of the traced function (shape {tuple(a.shape)})")
         v = g.add_input(tuple(a.shape), np.dtype(a.dtype))
         arg_values.append(v)
-        tracers.append(Tracer(g, v))
+        tracers.append((WeakTracer if len(tracers) in weak else Tracer)(g, v))
     return g, tracers, arg_values
 
 

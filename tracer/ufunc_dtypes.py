@@ -33,6 +33,8 @@ def _kind(x):
     t = type(x)
     if t in _PY_SCALARS:
         return t
+    if getattr(x, "_weak", False):   # a traced Python float argument (tracer/trace.py)
+        return complex if x.dtype.kind == "c" else float
     dt = getattr(x, "dtype", None)
     if dt is not None:   # arrays, traced values, tensors, NumPy scalars (strong, as arrays)
         return np.dtype(dt)

@@ -134,6 +134,10 @@ CASES = {
     "detach.default": C(lambda a: a.exp() + apply("detach.default", [a], {}) * 0.0, U(2, 3)),
     "where.self": C(lambda c, a, b: where(c, a, b), B(2, 3), U(2, 3), U(3)),
     "_to_copy.default": C(lambda a: a.to(np.float32), U(2, 3), eps=1e-2, rtol=1e-3, atol=1e-4),
+    # (what gj.while_loop(..., max_steps=3) returns when traced; running: False here)
+    "while_steps_check.default": C(lambda a: apply("while_steps_check.default",
+                                                   [a * 1.5, a.sum() != a.sum()],
+                                                   {"max_steps": 3}), U(2, 3)),
     # comparisons: used as a condition
     "gt.Tensor": C(lambda a, b: where(a > b, a, b * 2.0), U(2, 3), U(3)),
     "gt.Scalar": C(lambda a: where(a > 0.1, a, a * 2.0), NZ(2, 3)),

@@ -104,6 +104,45 @@ def test_while_loop(executor):
         gj.grad(lambda w: unbounded(w).sum())(np.ones(3))
 
 
+def _doubling(max_steps):
+    return lambda a: gj.while_loop(lambda c: c[1] < 5, lambda c: (c[0] * 2, c[1] + 1), (a, 0),
+                                   max_steps=max_steps)[0]
+
+
+@pytest.mark.parametrize("tiering", ["sync", "never"])   # (compiled / interpreted in numba)
+def test_while_loop_cut_short_by_max_steps_raises(executor, tiering):
+    # cond still true after max_steps steps: the loop once returned the truncated value
+    # ([8, 8] for a gradient needing 5 steps: [32, 32]); now a RuntimeError at run time
+    short, enough, a = _doubling(3), _doubling(5), np.ones(2)
+    msg = (r"gj.while_loop: cond was still true after max_steps=3 steps; raise max_steps"
+           r"(?s:.*)at File .*test_control_flow.py")
+    with tiers.forced(tiering):
+        calls = {"jit": gj.jit(short), "grad": gj.grad(lambda a: short(a).sum()),
+                 "value_and_grad": gj.value_and_grad(lambda a: short(a).sum()),
+                 "jacfwd": gj.jacfwd(short), "jacrev": gj.jacrev(short),
+                 "hessian": gj.hessian(lambda a: (short(a) ** 2).sum()), "eager": short}
+        for name, fn in calls.items():
+            for _ in range(2):   # (the second call: the compiled hot path)
+                with pytest.raises(RuntimeError, match=msg):
+                    fn(a)
+        np.testing.assert_array_equal(gj.jit(enough)(a), [32.0, 32.0])
+        np.testing.assert_array_equal(gj.grad(lambda a: enough(a).sum())(a), [32.0, 32.0])
+        np.testing.assert_array_equal(gj.jacrev(enough)(a), 32.0 * np.eye(2))
+
+
+def test_while_loop_cut_short_inside_a_scan_body_raises(executor):
+    def f(x):
+        def step(c, _):
+            v = gj.while_loop(lambda v: v.sum() < 100.0, lambda v: v * 3.0, c, max_steps=2)
+            return v, None
+        return gj.scan(step, x, None, length=2)[0].sum()
+    with pytest.raises(RuntimeError, match="max_steps=2 steps"):
+        gj.grad(f)(np.ones(2))
+    with pytest.raises(RuntimeError, match="max_steps=2 steps"):
+        gj.jit(f)(np.ones(2))
+    np.testing.assert_allclose(gj.jit(f)(np.full(2, 30.0)), 180.0)   # (30 -> 90, then 90)
+
+
 def test_while_loop_body_does_not_run_after_the_stop(executor):
     # with max_steps the loop is a scan; past the stop the body once still ran and its
     # result was dropped by a where: sqrt of a negative number there made a NaN derivative,
