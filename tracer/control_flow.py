@@ -53,6 +53,9 @@ class Region:
 
 
 REGION_OPS = ("scan.default", "cond.default", "call.default", "while.default")
+# CPU-only with them: the check that a while loop ran to its end (made only beside the scan a
+# while_loop becomes, which device="cuda" refuses first)
+CPU_ONLY_OPS = REGION_OPS + ("while_steps_check.default",)
 
 
 # -- reference implementations (the interpreter; compiled code must agree) ----------------------

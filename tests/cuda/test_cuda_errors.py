@@ -69,8 +69,8 @@ def test_coverage_lists_cuda_for_every_entry():
     table = rows()
     assert all(r.cuda for r in table if r.cpu), [r.op for r in table if r.cpu and not r.cuda]
     # loops and branches with bodies are CPU-only for now; device="cuda" refuses them clearly
-    from gradjit.tracer.control_flow import REGION_OPS
-    assert cuda_cpu_only() == set(REGION_OPS)
+    from gradjit.tracer.control_flow import CPU_ONLY_OPS
+    assert cuda_cpu_only() == set(CPU_ONLY_OPS)
     text = report(table)
     assert " cuda " in text.splitlines()[0] and "CUDA code generation" in text.splitlines()[-1]
 
