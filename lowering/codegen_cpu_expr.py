@@ -90,7 +90,7 @@ def _raw_expr(node, a, e):
     simple = {
         "mul.Tensor": "{0} * {1}", "div.Tensor": "{0} / {1}", "pow.Tensor_Tensor": "{0} ** {1}",
         "neg.default": "-{0}", "abs.default": "abs({0})", "expand.default": "{0}",
-        "detach.default": "{0}",
+        "detach.default": "{0}", "_written.default": "{1}",
         "reciprocal.default": one + " / {0}",
         "relu.default": f"{zero} if {{0}} <= 0 else {{0}}",
         "sign.default": f"({one} if {{0}} > 0 else (-{one} if {{0}} < 0 else {{0}} * {zero}))",

@@ -204,6 +204,15 @@ def _where_infer(types, attrs):
 defop("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", E, _where_infer,
       np.where).promotion = "where"
 
+def _written_infer(types, attrs):
+    return [(tuple(types[0].shape), types[0].dtype)]
+
+
+# ``value`` with the gradient passed to ``self``: a no-grad in-place write into a tensor with
+# history (tracer/tensor_inplace.py): torch keeps its grad_fn, and later ops read the new value
+defop("_written(Tensor self, Tensor value) -> Tensor", E, _written_infer,
+      lambda a, value: np.array(value, copy=True))
+
 for _cmp, _fn in [("gt", np.greater), ("lt", np.less), ("ge", np.greater_equal),
                   ("le", np.less_equal), ("eq", np.equal), ("ne", np.not_equal)]:
     elementwise(f"{_cmp}.Tensor(Tensor self, Tensor other) -> Tensor", _fn, "bool")

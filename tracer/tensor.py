@@ -47,6 +47,7 @@ from gradjit.tracer.registry import (LAST_USER_CODE as _LAST_USER_CODE, GradjitE
 from gradjit.tracer.tensor_device import DeviceMethods
 from gradjit.tracer.tensor_grad import GradMethods
 from gradjit.tracer.tensor_inplace import InplaceMethods
+from gradjit.tracer import tensor_views as views
 from gradjit.tracer import tensor_eager as _eager_mod
 from gradjit.tracer.tensor_eager import EagerMethods, compute as _compute
 
@@ -152,7 +153,9 @@ class Tensor(GradMethods, EagerMethods, InplaceMethods, DeviceMethods, ArrayOps)
         return data.copy() if copy else data
 
     def detach(self):
-        return Tensor(self.data, box=self._box)  # an alias: same data, same version counter
+        # an alias: same data, same version counter; writes into it reach this tensor's
+        # history and views (tracer/tensor_views.py)
+        return views.detached(self, Tensor(self.data, box=self._box))
 
     @property
     def _version(self):

@@ -16,10 +16,12 @@ Contract
 - ``retain_grad`` follows the tensor to its new version (``.grad`` is the gradient
   w.r.t. the value after the last in-place op); hooks stay with the version they were
   registered on, as torch's.
-- A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[..., None]``) is,
-  in torch, a view: an in-place op on it changes ``y``. gradjit's tensor slices are
-  copies, so such an op (and ``x[i] = v`` on it) raises, saying to assign into ``y``
-  instead, rather than leave ``y`` silently unchanged.
+- A tensor made by basic indexing of another (``y[1:]``, ``y[0]``, ``y[i]`` with a 0-d
+  integer tensor, ``y[..., None]``) or another view op is, as in torch, a view: an
+  in-place op on it changes ``y`` (tracer/tensor_views.py).
+- A write recorded nowhere (no_grad) into a tensor with history keeps that history, as
+  torch's keeps the grad_fn: later ops read the new value, gradients flow through the old
+  node (``_written``); only a backward that saved the old value refuses it (versions).
 - Mixed into ``Tensor`` (tracer/tensor.py), which this module imports lazily.
 """
 from __future__ import annotations
@@ -33,15 +35,21 @@ from gradjit.tracer.device import is_device_array
 from gradjit.tracer.modes import is_recording, is_inference_mode_enabled
 
 
+def _int_scalar(i):
+    """A 0-d integer Tensor or array (``for i in gj.arange(n): x[i]``): an int index."""
+    d = getattr(i, "data", i) if isinstance(i, _tensor_class()) else i
+    return isinstance(d, np.ndarray) and d.ndim == 0 and d.dtype.kind in "iu"
+
+
 def _basic(index):
     items = index if isinstance(index, tuple) else (index,)
     return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
-               and not isinstance(i, bool) for i in items)
+               and not isinstance(i, bool) or _int_scalar(i) for i in items)
 
 
 def _norm_index(index):
     items = index if isinstance(index, tuple) else (index,)
-    return tuple(int(i) if isinstance(i, np.integer) else i for i in items)
+    return tuple(int(i) if isinstance(i, np.integer) or _int_scalar(i) else i for i in items)
 
 
 def _tensor_class():
@@ -56,10 +64,14 @@ class InplaceMethods:
 
     # -- views (tracer/tensor_views.py) ------------------------------------------------
     def __getitem__(self, index):
+        if _basic(index):
+            index = _norm_index(index)
+            index = index[0] if len(index) == 1 else index
+            with views.quiet():
+                out = super().__getitem__(index)
+            return views.register(self, out, ("getitem", (_norm_index(index),)))
         with views.quiet():
-            out = super().__getitem__(index)
-        return views.register(self, out, ("getitem", (_norm_index(index),))) \
-            if _basic(index) else out
+            return super().__getitem__(index)
 
     def reshape(self, *shape, **kw):
         with views.quiet():
@@ -126,11 +138,21 @@ class InplaceMethods:
         with views.quiet():
             outs = super().split(split_size_or_sections, dim, split_size=split_size)
         d, off = norm_dim(int(dim), self.ndim, "split"), 0
-        for out in outs:
+        for i, out in enumerate(outs):
             n = out.shape[d]
             index = (slice(None),) * d + (slice(off, off + n),)
-            views.register(self, out, ("getitem", (index,)), multi=len(outs) > 1)
+            views.register(self, out, ("getitem", (index,)),
+                           multi=("Split", i) if len(outs) > 1 else None)
             off += n
+        return outs
+
+    def unbind(self, dim=0):
+        with views.quiet():
+            outs = super().unbind(dim)
+        d = norm_dim(int(dim), self.ndim, "unbind")
+        for i, out in enumerate(outs):
+            views.register(self, out, ("getitem", ((slice(None),) * d + (i,),)),
+                           multi=("Unbind", i))
         return outs
 
     def _inplace(self, result):
@@ -139,6 +161,9 @@ class InplaceMethods:
         v = views.info(self)
         if v is not None:   # a view: the base is rewritten, and the view re-derived from it
             return views.write_view(self, v, result)
+        if result.grad_fn is None and self.grad_fn is not None \
+                and not is_inference_mode_enabled():
+            result = _written(self, result)
         tape.flush()   # deferred values computed before the write (tracer/deferred.py)
         if self._inference and not is_inference_mode_enabled():
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
@@ -253,7 +278,9 @@ class InplaceMethods:
         index = _concrete_index(index, Tensor)
         v = value if isinstance(value, Tensor) else None
         if not (is_recording() and (self._requires_grad or (v is not None and v._requires_grad))):
-            if views.info(self) is not None:   # (through the base: a view's array may be a copy)
+            if views.info(self) is not None or self.grad_fn is not None:
+                # (a view: through the base, whose array its own may copy; a tensor with
+                # history: its new value is fed to later ops, ``_written``)
                 new = Tensor(np.array(self.data, copy=True))
                 new.__setitem__(index, value)
                 self._inplace(new)
@@ -317,6 +344,24 @@ _INPLACE_VARIANTS = (
     "clamp_max", "masked_fill", "square", "sign", "sinc",
     # with tensor arguments (optimizers: addcmul_, addcdiv_, lerp_)
     "addcmul", "addcdiv", "lerp", "scatter", "scatter_add", "index_add", "index_put")
+
+
+def _written(t, value):
+    """``value`` (computed without history) as the new value of ``t``, which has history:
+    torch's no-grad in-place write into such a tensor keeps its grad_fn, and later ops
+    read the new value. Recorded (grad mode on for it alone) as ``_written(t, value)``:
+    the value is ``value``'s, the gradient goes to ``t``'s old node, and the deferred
+    engine, which computes forwards again from the leaves, reads the written array (a
+    constant) instead of computing ``t`` again from its history."""
+    from gradjit.tracer.dispatch import apply
+    from gradjit.tracer.modes import enable_grad
+    Tensor = _tensor_class()
+    with views.quiet():
+        if value.dtype != t.dtype:
+            value = value.to(t.dtype)
+        value = Tensor(np.array(value.data, copy=True))
+        with enable_grad():
+            return apply("_written.default", [t, value], {})
 
 
 def _move_retain(t, fn, index):

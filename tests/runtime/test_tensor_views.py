@@ -181,3 +181,124 @@ def test_in_place_writes_torch_refuses_raise(mode):
     s = c[1:].clone()
     s.mul_(2.0)
     np.testing.assert_allclose(np.asarray(c.detach()), X)
+
+
+@pytest.mark.parametrize("write", ["slice", "whole", "detach", "setitem", "detach_slice"])
+def test_a_no_grad_write_into_a_tensor_with_history_is_its_new_value(mode, write):
+    # torch: b keeps its grad_fn (a * 2), later ops read the written value, and the gradient
+    # through a * 2 is 2 * grad (expected numbers from torch 2.13)
+    a = gj.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = a * 2
+    with gj.no_grad():
+        {"slice": lambda: b[1:].mul_(3), "whole": lambda: b.mul_(3),
+         "detach": lambda: b.detach().mul_(3), "setitem": lambda: b.__setitem__(0, 7.0),
+         "detach_slice": lambda: b[1:].detach().mul_(3)}[write]()
+    assert b.grad_fn is not None and b.requires_grad
+    loss = (b * b).sum()
+    loss.backward()
+    value, grad = {"slice": (472.0, [8, 48, 72]), "whole": (504.0, [24, 48, 72]),
+                   "detach": (504.0, [24, 48, 72]), "setitem": (101.0, [28, 16, 24]),
+                   "detach_slice": (472.0, [8, 48, 72])}[write]
+    assert float(loss) == value
+    np.testing.assert_allclose(a.grad.data, grad)
+
+
+def test_a_no_grad_write_refuses_only_a_backward_that_saved_the_old_value(mode):
+    a = gj.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = a.exp()
+    c = (b * b).sum()     # saved b before the write
+    with gj.no_grad():
+        b.mul_(3.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        c.backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (b * 1.0).sum().backward()   # exp's backward reads its (old) result: torch refuses too
+
+
+def test_views_of_a_flat_parameter_vector_train_with_sgd(mode):
+    theta = np.linspace(-1, 1, 8)
+    params = gj.tensor(theta.copy(), requires_grad=True)
+    w, b = params[:6].view(2, 3), params[6:]
+    x = gj.tensor(np.ones(3))
+    for _ in range(3):
+        ((w @ x + b) ** 2).sum().backward()
+        with gj.no_grad():
+            params -= 0.1 * params.grad
+        params.grad = None
+        assert w.requires_grad and w.grad_fn is not None and b.grad_fn is not None
+        W, B = theta[:6].reshape(2, 3), theta[6:]
+        r = W @ np.ones(3) + B
+        theta = theta - 0.1 * np.concatenate([(2 * np.outer(r, np.ones(3))).ravel(), 2 * r])
+        np.testing.assert_allclose(params.data, theta)
+        np.testing.assert_allclose(w.data, theta[:6].reshape(2, 3))
+
+
+def test_views_share_writes_made_through_int_tensor_indices_and_detach(mode):
+    x = gj.tensor(np.arange(6.0).reshape(3, 2))
+    for i in gj.arange(2):
+        x[i].mul_(10)
+    x[np.int64(2)].add_(1)
+    v = x[2]
+    v.detach().add_(100)
+    np.testing.assert_allclose(x.data, [[0, 10], [20, 30], [105, 106]])
+    np.testing.assert_allclose(v.data, [105, 106])
+
+
+def test_retain_grad_of_a_view_follows_an_in_place_op_on_its_base(mode):
+    a = gj.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    b = a * 1
+    v = b[1]
+    v.retain_grad()
+    b.mul_(2)
+    (v ** 2).sum().backward()
+    np.testing.assert_allclose(v.grad.data, [12, 16, 20])   # torch 2.13
+
+
+def test_a_view_made_without_grad_refuses_a_tracked_in_place_op(mode):
+    a = gj.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    b = a * 2
+    with gj.no_grad():
+        v = b[1]
+        w = a[0]
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode and is being "
+                                           "modified inplace with grad mode enabled"):
+        v.mul_(3)
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
+        w.mul_(3)
+    with gj.no_grad():
+        v.mul_(3)   # both inside: allowed, untracked
+    np.testing.assert_allclose(b.data, [[0, 2, 4], [18, 24, 30]])
+
+
+def test_multi_output_views_refuse_only_tracked_in_place_ops(mode):
+    W = gj.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    with gj.no_grad():
+        for p in W.chunk(3, dim=1):
+            p.mul_(0.5)
+        for r in W.unbind(0):
+            r.add_(1.0)
+    np.testing.assert_allclose(W.data, [[1, 1.5, 2], [2.5, 3, 3.5]])
+    y = gj.tensor(np.arange(4.0))
+    y.split(2)[0].zero_()
+    y.unbind()[3].fill_(-1.0)
+    np.testing.assert_allclose(y.data, [0, 0, 2, -1])
+    b = W * 2
+    with pytest.raises(RuntimeError, match="Output 1 of Unbind is a view and is being modified"):
+        b.unbind()[1].mul_(2)
+    with pytest.raises(RuntimeError, match="Output 0 of Split is a view and is being modified"):
+        b.chunk(2, dim=1)[0].mul_(2)
+
+
+def test_an_expand_sliced_back_to_one_copy_takes_in_place_writes(mode):
+    a = gj.tensor(np.arange(6.0).reshape(2, 3))
+    a.unsqueeze(0).expand(3, 2, 3)[0].add_(1)
+    np.testing.assert_allclose(a.data, np.arange(6.0).reshape(2, 3) + 1)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        a.unsqueeze(0).expand(3, 2, 3)[:, 0].add_(1)
+    a = gj.tensor(np.arange(6.0).reshape(2, 3))
+    v = a[1]
+    a.add_(1)
+    assert (a._version, v._version) == (1, 1)   # torch's shared version counter
+    c = gj.tensor(X, requires_grad=True) * 1.0
+    c.unsqueeze(0).expand(2, 4)[1].mul_(3.0)
+    (c * c).sum().backward()
