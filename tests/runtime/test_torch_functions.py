@@ -60,6 +60,8 @@ ARGS = {
     "scatter": lambda: (1, gj.tensor(IDX), gj.tensor(B[:2])),
     "scatter_add": lambda: (1, gj.tensor(IDX), gj.tensor(B[:2])),
     "sum_to_size": lambda: (1, 4), "tile": lambda: ((2, 1),),
+    "logical_and": lambda: (gj.tensor(B > 1),), "logical_or": lambda: (gj.tensor(B > 1),),
+    "logical_xor": lambda: (gj.tensor(B > 1),), "unflatten": lambda: (1, (2, 2)),
 }
 # The names whose input is not the (4, 4) matrix.
 INPUT = {"bmm": np.stack([A, B]), "baddbmm": np.stack([A, B]), "addbmm": A,
@@ -148,6 +150,7 @@ def _write_through(name, form):
 @pytest.mark.parametrize("name", [n for n in MIRRORED if n in {
     "narrow", "split", "chunk", "diagonal", "detach", "t", "transpose", "swapaxes",
     "permute", "squeeze", "unsqueeze", "reshape", "flatten", "ravel", "broadcast_to", "select",
+    "unflatten",
     "unbind", "movedim", "moveaxis", "swapdims"}])
 def test_in_place_write_through_function_form_matches_method_form(name):
     f, m = _write_through(name, "function"), _write_through(name, "method")
