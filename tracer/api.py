@@ -22,6 +22,7 @@ from gradjit.tracer.methods_creation import CreationMethods
 from gradjit.tracer.methods_index import IndexMethods
 from gradjit.tracer.methods_scatter import ScatterMethods
 from gradjit.tracer.methods_linalg import LinalgMethods
+from gradjit.tracer.methods_logical import LogicalMethods
 from gradjit.tracer.methods_math import MathMethods, rounded_div
 from gradjit.tracer.methods_reduce import ReduceMethods
 from gradjit.tracer.methods_shape import ShapeMethods
@@ -189,7 +190,7 @@ _TYPE_NAMES = {"float16": "HalfTensor", "float32": "FloatTensor", "float64": "Do
 
 
 class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMethods,
-               LinalgMethods, CreationMethods):
+               LinalgMethods, CreationMethods, LogicalMethods):
     """Mixin: torch-named methods and operators; subclasses define ``_apply``."""
 
     __slots__ = ()
@@ -341,8 +342,14 @@ class ArrayOps(MathMethods, ReduceMethods, ShapeMethods, IndexMethods, ScatterMe
             return self._apply("sum.default", [self], {})
         return self._reduce("sum", dim if axis is None else axis, keepdim)
 
-    def mean(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    def mean(self, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
         keepdim = keepdim if keepdims is None else keepdims
+        if dtype is not None:   # (torch: the input is cast first, the mean is in dtype)
+            if np.dtype(dtype).kind != "f":
+                raise RuntimeError(f"mean(): could not infer output dtype. Optional dtype must "
+                                   f"be either a floating point or complex dtype. Got: "
+                                   f"{np.dtype(dtype).name}")
+            return self.to(dtype).mean(dim, keepdim, axis=axis)
         if dim is None and axis is None and not keepdim:
             return self._apply("mean.default", [self], {})
         return self._reduce("mean", dim if axis is None else axis, keepdim)

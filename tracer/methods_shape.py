@@ -54,6 +54,23 @@ class ShapeMethods:
         n = int(np.prod(self.shape[s:e + 1]))
         return self.reshape(self.shape[:s] + (n,) + self.shape[e + 1:])
 
+    def unflatten(self, dim, sizes):
+        """torch's: dim ``dim`` split into ``sizes`` (one -1 inferred): a view, as reshape."""
+        sizes = tuple(int(s) for s in sizes)
+        d = norm_dim(dim, self.ndim, "unflatten")
+        n = self.shape[d]
+        if not sizes:
+            raise RuntimeError("unflatten: sizes must be non-empty")
+        if sizes.count(-1) > 1:
+            raise RuntimeError("unflatten: only one dimension can be inferred")
+        known = int(np.prod([s for s in sizes if s != -1]))
+        if -1 in sizes and known and n % known == 0:
+            sizes = tuple(n // known if s == -1 else s for s in sizes)
+        if -1 in sizes or int(np.prod(sizes)) != n:
+            raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to "
+                               f"the size of dim {d} ({n}) in the input tensor")
+        return self.reshape(tuple(self.shape[:d]) + sizes + tuple(self.shape[d + 1:]))
+
     def permute(self, *dims, **kw):
         dims = sizes_arg("permute", dims, kw.pop("dims", None), kw)
         dims = tuple(norm_dim(int(d), self.ndim, "permute") for d in dims)

@@ -55,7 +55,7 @@ __all__ = ["relu", "relu6", "leaky_relu", "elu", "celu", "selu", "gelu", "silu",
            "softplus", "softsign", "softshrink", "hardshrink", "hardtanh", "hardsigmoid",
            "hardswish", "threshold", "glu", "prelu", "sigmoid", "tanh", "softmax",
            "log_softmax", "normalize", "cosine_similarity", "pairwise_distance", "linear",
-           "bilinear", "layer_norm", "dropout", "embedding"]
+           "bilinear", "layer_norm", "dropout", "embedding", "one_hot"]
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -351,6 +351,39 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         keep = (idx.reshape(-1, 1) != pad).to(weight.dtype)
         rows = rows * keep + _stop_gradient(rows) * (1.0 - keep)
     return rows.reshape(tuple(idx.shape) + (d,))
+
+
+def one_hot(tensor, num_classes=-1):
+    """torch's: int64 rows with a 1 at each class index (shape ``(*tensor.shape, C)``);
+    ``num_classes=-1``: C is the largest value + 1. The values are checked where they are
+    known (a tensor); a traced index needs ``num_classes`` (the shape depends on it), and
+    its values out of [0, C) give rows of zeros."""
+    if np.dtype(tensor.dtype) != np.int64:
+        raise GradjitRuntimeError("one_hot is only applicable to index tensor of type "
+                                  "LongTensor.", user_site())
+    known = None if _is_traced(tensor) else np.asarray(tensor.detach())
+    if known is not None and known.size:
+        if known.min() < 0:
+            raise GradjitRuntimeError("Class values must be non-negative.", user_site())
+        if num_classes != -1 and known.max() >= num_classes:
+            raise GradjitRuntimeError("Class values must be smaller than num_classes.",
+                                      user_site())
+    if num_classes == -1:
+        if known is None:
+            raise GradjitError("one_hot: num_classes=-1 infers the number of classes from the "
+                               "values, which are not known inside gj.grad / gj.jit: pass "
+                               "num_classes", user_site())
+        if not known.size:
+            raise GradjitRuntimeError("Can not infer total number of classes from empty tensor.",
+                                      user_site())
+        num_classes = int(known.max()) + 1
+    classes = as_operand(np.arange(int(num_classes), dtype=np.int64), tensor)
+    return tensor.reshape(tuple(tensor.shape) + (1,)).eq(classes).to(np.int64)
+
+
+def _is_traced(x):
+    from gradjit.tracer.tensor import Tensor   # (tensor.py imports this module's API)
+    return not isinstance(x, Tensor)
 
 
 front_all(globals(), __all__)

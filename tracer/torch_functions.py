@@ -3,10 +3,14 @@
 
 Contract: ``FUNCTIONS`` maps each torch-named method of the op surface
 (``ArrayOps``) to a function of the same name taking the tensor first, as
-``torch.<name>(input, ...)`` does. It calls the torch-named method unbound, so
-it keeps torch's semantics on tensors and traced values alike (a traced value's
-own methods follow NumPy). A first argument that is not a gradjit value becomes
-a constant beside the first gradjit value among the others, or a ``gj.tensor``.
+``torch.<name>(input, ...)`` does, and returning what ``input.<name>(...)``
+returns on a tensor: the same values, and the same views (``gj.narrow(h, ...)``
+writes through to ``h`` as ``h.narrow(...)`` does). On a ``Tensor`` it calls the
+tensor's own method (the class may override the op-surface one: views, ``clone``,
+``detach``); on a traced value it calls the torch-named method unbound (a traced
+value's own methods follow NumPy). A first argument that is not a gradjit value
+becomes a constant beside the first gradjit value among the others, or a
+``gj.tensor``.
 """
 from __future__ import annotations
 
@@ -27,13 +31,12 @@ def _function(name):
     method = getattr(ArrayOps, name)
 
     def fn(input, *args, **kwargs):
+        from gradjit.tracer.tensor import Tensor, tensor   # (tensor.py imports the API)
         if not isinstance(input, ArrayOps):
             like = next((a for a in args if isinstance(a, ArrayOps)), None)
-            if like is not None:
-                input = like._const(np.asarray(input))
-            else:
-                from gradjit.tracer.tensor import tensor
-                input = tensor(input)
+            input = like._const(np.asarray(input)) if like is not None else tensor(input)
+        if isinstance(input, Tensor):   # its class's method: views registered, clone ...
+            return getattr(input, name)(*args, **kwargs)
         return method(input, *args, **kwargs)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``gj.{name}(input, ...)``: torch's ``{name}``, as ``input.{name}(...)`` on a tensor."
