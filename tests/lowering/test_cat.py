@@ -105,6 +105,7 @@ def test_parts_of_mixed_dtypes_promote_as_numpy():
     np.testing.assert_allclose(g[1], 2 * x64)
 
 
+@pytest.mark.slow
 def test_tensor_mode_stack_of_many_parts():
     rng = np.random.default_rng(3)
     xs = [gj.tensor(rng.standard_normal(50), requires_grad=True) for _ in range(40)]

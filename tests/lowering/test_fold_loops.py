@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.runtime import tiers
 from gradjit.lowering.fold_loops import fold_loops
 from gradjit.tracer.coercion import traced_numpy
@@ -205,6 +206,7 @@ def test_a_transform_inside_a_trace_leaves_the_enclosing_values_alone(fn):
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
 
 
+@COMPILED_SLOW
 def test_steps_that_differ_in_the_sign_of_a_zero_stay_apart(executor):
     # 0.0 == -0.0: steps alternating between them were merged, every step taking the first
     # one's zero (arctan2 then gave +pi where NumPy gives -pi)
@@ -227,6 +229,7 @@ def test_steps_that_differ_in_the_sign_of_a_zero_stay_apart(executor):
     np.testing.assert_array_equal(gj.jit(g)(x), g(x))
 
 
+@COMPILED_SLOW
 def test_a_folded_loops_large_per_step_arrays_are_checked_at_each_call(executor):
     # the per-step arrays W[t] (over 64 KiB: read live when used as they are) were stacked
     # into one copy at the fold, and the guard only checked that W still held them: a

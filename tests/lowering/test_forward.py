@@ -69,6 +69,7 @@ def test_forward_formulas_are_validated(tmp_path):
         load(str(bad))
 
 
+@pytest.mark.slow
 def test_jacfwd_equals_jacrev_compiled(rng):
     w = rng.normal(size=(3, 2))
     x = rng.normal(size=(5, 3))

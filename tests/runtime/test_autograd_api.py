@@ -869,6 +869,7 @@ def test_is_grads_batched_with_create_graph_is_differentiable(interpreted, rng):
     np.testing.assert_allclose(gx, fd, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_gradcheck_takes_torchs_keywords():
     y = gj.tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
     x = gj.tensor(np.array([0.7, 0.4, -1.5]), requires_grad=True)

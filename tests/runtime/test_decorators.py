@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 
 
 def test_transforms_as_decorator_factories():
@@ -44,6 +45,7 @@ class _Weighted:
         return (x * self.w).sum()
 
 
+@COMPILED_SLOW
 def test_partials_and_callable_instances_in_every_transform(executor):
     """functools.partial objects and instances with __call__ have no __name__: every
     transform failed on them (AttributeError)."""

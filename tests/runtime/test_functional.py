@@ -341,6 +341,7 @@ def test_jacrev_several_argnums(layer_data):
     np.testing.assert_allclose(Jx, (1 - t ** 2)[:, None] * W, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_hessian_of_mlp_loss_vs_finite_differences_of_grad():
     r = np.random.default_rng(11)
     W1, W2 = r.normal(size=(3, 4)), r.normal(size=(4, 2))

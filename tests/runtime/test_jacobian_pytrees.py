@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from tests.fd import numerical_grad
 
 _rng = np.random.default_rng(17)
@@ -42,6 +43,7 @@ def _fd_param(f, p, key, x):
     return J
 
 
+@COMPILED_SLOW
 def test_jacfwd_of_a_scalar_function_of_a_dict(executor):
     Jf, Jr, g = gj.jacfwd(h)(P, X), gj.jacrev(h)(P, X), gj.grad(h)(P, X)
     assert set(Jf) == {"w", "b"} and Jf["w"].shape == (3, 2) and Jf["b"].shape == (2,)
@@ -98,6 +100,7 @@ def test_hessian_of_a_dict_is_a_dict_of_dicts(executor):
             np.testing.assert_allclose(H[k1][k2], Hr[k1][k2], rtol=1e-10, atol=1e-12)
 
 
+@COMPILED_SLOW
 def test_hessian_with_several_argnums(executor):
     H = gj.hessian(h, argnums=(0, 1))(P, X)
     # JAX's structure: the gradient's structure outside, (dict, array) inside each leaf
@@ -143,6 +146,7 @@ def test_jvp_structure_errors():
         gj.jvp(h, (P, X), (tp, np.ones(3)))
 
 
+@COMPILED_SLOW
 def test_jacobians_inside_another_transform(executor):
     W = _rng.standard_normal((3, 2))
 
@@ -160,6 +164,7 @@ def test_jacobians_inside_another_transform(executor):
                                atol=1e-7)
 
 
+@COMPILED_SLOW
 def test_jacobians_and_hessian_with_has_aux(executor):
     """has_aux=True: ``(jacobian, aux)`` as JAX's; the aux as grad's has_aux gives it (arrays,
     static leaves as returned), also nested in another transform."""
@@ -183,6 +188,7 @@ def test_jacobians_and_hessian_with_has_aux(executor):
         gj.jacrev(np.sin, has_aux=True)(x)
 
 
+@COMPILED_SLOW
 def test_hessian_of_a_vector_or_pytree_output_as_jax(executor):
     # (gj.hessian was jacfwd(grad): a non-scalar output raised; JAX's is jacfwd(jacrev))
     x = np.array([0.3, -0.7, 1.1])

@@ -10,6 +10,7 @@ import pytest
 from scipy import special
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from tests.fd import numerical_grad
 
 F = gj.nn.functional
@@ -224,6 +225,7 @@ _ELUS = [("elu", lambda v: F.elu(v), 1.0, 1.0, 1.0), ("elu2", lambda v: F.elu(v,
 
 
 @pytest.mark.parametrize("name, f, alpha, scale, k", _ELUS, ids=[e[0] for e in _ELUS])
+@COMPILED_SLOW
 def test_elu_family_derivatives_at_zero_and_elsewhere_as_torch(name, f, alpha, scale, k, executor):
     """torch's elu_backward: the first derivative at exactly 0 is the negative side's
     (alpha scale k); every higher derivative there is 0 (elu_double_backward masks < 0).
@@ -311,6 +313,7 @@ def _mlp(w1, b1, w2, b2, x, t):
     return F.cross_entropy(F.linear(h, w2, b2), t, label_smoothing=0.1)
 
 
+@pytest.mark.slow
 def test_compiled_mlp_cross_entropy_matches_interpreter(monkeypatch):
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((6, 4)), rng.standard_normal(6), rng.standard_normal((3, 6)),
@@ -421,6 +424,7 @@ def test_captured_arrays_are_read_at_each_call_not_copied_when_first_traced():
         np.testing.assert_allclose(predict(x), (x - 1.0) / np.sqrt(4.0 + 1e-5))
 
 
+@pytest.mark.slow
 def test_cdist_of_a_set_with_itself_has_torchs_gradient():
     # the zero diagonal: sqrt's gradient at 0 was NaN everywhere
     x = gj.tensor(np.array([[0.0, 1.0], [2.0, 0.5]]), requires_grad=True)
@@ -429,6 +433,7 @@ def test_cdist_of_a_set_with_itself_has_torchs_gradient():
     np.testing.assert_allclose(x.grad.data, [2 * d, -2 * d])
 
 
+@COMPILED_SLOW
 def test_mean_over_all_ignored_targets_is_nan_with_zero_gradient(executor):
     # loss.sum() / w_t.sum() was 0 / 0: the gradient 0 * inf = NaN (torch: zeros, value NaN)
     x = _n(3, 4)
@@ -451,6 +456,7 @@ def test_mean_over_all_ignored_targets_is_nan_with_zero_gradient(executor):
     np.testing.assert_allclose(g2, numerical_grad(lambda x: _ce_idx(x, t2), [x], 0), rtol=1e-6, atol=1e-8)
 
 
+@COMPILED_SLOW
 def test_binary_cross_entropy_gradient_at_saturated_probabilities(executor):
     # p exactly 0 or 1 (a saturated sigmoid): the chain through the clamped logs gave
     # 0 * inf = NaN; torch's gradient is (p - t) / max(p (1 - p), 1e-12)
@@ -473,6 +479,7 @@ def test_binary_cross_entropy_gradient_at_saturated_probabilities(executor):
     np.testing.assert_allclose(h, (q * q - 2 * q * z + z) / (q * (1 - q)) ** 2, rtol=1e-10)
 
 
+@COMPILED_SLOW
 def test_class_index_target_out_of_bounds_raises(executor):
     # a target outside [0, C) that is not ignore_index was dropped from the loss (torch raises)
     x = _n(3, 5)

@@ -13,6 +13,7 @@ from numpy import array, ones, zeros
 from numpy import zeros as zz
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 import tests.runtime.buffer_helpers as helpers
 from tests.fd import numerical_grad
 from tests.runtime.buffer_helpers import FILLER, padded, squares_into
@@ -69,6 +70,7 @@ def test_full_of_a_traced_fill_value(executor):
         gj.jit(lambda x: np.full((2, 2), x))(x)
 
 
+@COMPILED_SLOW
 def test_functions_of_other_modules(executor):
     def f(x):
         return squares_into(x) + helpers.squares_into(x) * 2 + padded(x)[1:-1]

@@ -90,6 +90,7 @@ def _eigvecs_sign_free(a, UPLO):
 
 
 @pytest.mark.parametrize("UPLO", ["L", "U"])
+@COMPILED_SLOW
 def test_eigh_gradient_is_numpys_on_non_symmetric_input(UPLO, executor):
     a = _nonsymmetric(3, 3)
     W = check(lambda x: np.linalg.eigvalsh(x, UPLO=UPLO), [a])
@@ -101,6 +102,7 @@ def test_eigh_gradient_is_numpys_on_non_symmetric_input(UPLO, executor):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("UPLO", ["L", "U"])
+@COMPILED_SLOW
 def test_eigh_vectors_are_numpys_with_their_signs(UPLO, dtype, executor):
     """LAPACK's eigenvector signs differ between UPLO='L' and 'U' (n >= 3 here): the
     vectors themselves, not only up to sign, are NumPy's, and so is their gradient. In
@@ -217,6 +219,7 @@ def test_pow_at_zero_base_forward_mode(executor):
     np.testing.assert_array_equal(t, [0.0, 1.0, 0.0, 0.0])
 
 
+@COMPILED_SLOW
 def test_pow_at_zero_base_second_order(executor):
     x, y = np.zeros(4), np.array([0.0, 1.0, 2.0, 3.0])
     d = gj.grad(lambda x, y: (x ** y).sum())
@@ -275,6 +278,7 @@ STD_INPUTS = [
 
 
 @pytest.mark.parametrize("name, x, axis", STD_INPUTS, ids=[s[0] for s in STD_INPUTS])
+@COMPILED_SLOW
 def test_std_of_constant_has_zero_gradient(name, x, axis, executor):
     f = lambda x: _std_via_op(x, axis)   # noqa: E731
     np.testing.assert_allclose(gj.jit(f)(x), np.std(x, axis=axis), atol=1e-15)
@@ -393,6 +397,7 @@ def _table_lookup(xq):   # piecewise-linear interpolation in a NumPy table
 
 
 @pytest.mark.parametrize("f", [_lists_of_scalars, _table_lookup])
+@COMPILED_SLOW
 def test_lists_of_traced_scalars_and_numpy_tables(f, executor):
     x = np.array([0.3, 0.55, 0.7])
     np.testing.assert_allclose(gj.jit(f)(x), f(x), rtol=1e-13)
@@ -419,6 +424,7 @@ def test_searchsorted_sorts_nan_last(side, executor):
         np.testing.assert_array_equal(got, want)
 
 
+@COMPILED_SLOW
 def test_interp_next_to_infinite_or_nan_fp_as_numpy(executor):
     xp = np.arange(4.0)
     xs = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, np.nan, np.inf, -np.inf])
@@ -442,6 +448,7 @@ def test_interp_next_to_infinite_or_nan_fp_as_numpy(executor):
     np.testing.assert_allclose(gj.grad(lambda x: np.interp(x, xp, fp).sum())(xo), [1.0, 1.0, 2.0])
 
 
+@COMPILED_SLOW
 def test_convolve_of_a_zero_d_operand_is_length_one(executor):
     x = np.array([1.0, -2.0, 3.5])
     check(lambda x: np.convolve(np.array(2.0), x), [x])

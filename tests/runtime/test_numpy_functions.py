@@ -21,6 +21,7 @@ import scipy.special as sp
 from scipy.special import logsumexp
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.tracer.numpy_joins import c_, r_
 from gradjit.tracer.numpy_methods import UnsupportedError
 from tests.fd import numerical_grad
@@ -459,6 +460,7 @@ def test_scipy_linalg_on_a_traced_array_names_the_function(interpreted):
     np.testing.assert_allclose(sl.expm(np.zeros((2, 2))), np.eye(2))   # (restored after)
 
 
+@COMPILED_SLOW
 def test_functions_held_in_closures_and_defaults_are_swapped_too(executor):
     """SciPy's logsumexp (and NumPy's buffers) reached through a closure cell, a default or
     a keyword default, not a global name: SciPy's own code ran and met np.result_type."""
@@ -667,6 +669,7 @@ def test_triu_and_tril_keep_bool_and_integer_dtypes(executor):
     np.testing.assert_array_equal(np.isinf(s.numpy()), np.triu(b, 1))
 
 
+@pytest.mark.slow
 def test_ufunc_out_writes_into_the_buffer_and_returns_it():
     """``out=`` (``np.add(a, b, out=a)``, ``x += y`` on an array made in the function): the
     result is written into the buffer, which is returned, as NumPy; the gradient flows

@@ -68,6 +68,7 @@ _LOW = {"tall": _orth(4)[:, :3] @ np.diag([2.0, 1.0, 0.02]) @ _orth(3),
 
 
 @pytest.mark.parametrize("shape", ["tall", "wide"])
+@COMPILED_SLOW
 def test_lstsq_rcond_drops_singular_values_with_their_gradient(shape, executor):
     a = _LOW[shape]
     b = _rng.normal(size=(a.shape[0], 2))

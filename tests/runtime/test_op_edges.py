@@ -177,6 +177,7 @@ def test_prod_second_derivative_at_zeros(x, executor):
         np.testing.assert_allclose(h[1, 1, 0, 1], 1.0 * 2.0)
 
 
+@COMPILED_SLOW
 def test_scans_and_sorts_of_two_dtypes_in_one_function(executor):
     # the CPU kernels' locals (row, order, acc, best) were shared by every scan and sort of
     # a function: a float sort beside an int argsort failed to type in Numba, and an int64

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.runtime import tiers
 
 X = np.arange(24.0).reshape(2, 3, 4)
@@ -36,6 +37,7 @@ def test_repeated_indices_accumulate(interpreted):
     np.testing.assert_array_equal(g, [0.0, 2.0, 0.0])
 
 
+@COMPILED_SLOW
 def test_tensor_ints_index_first_as_torch(executor):
     """torch applies an int index first, as basic indexing: [1, :, [1, 4, 4]] of a (3, 4, 5)
     tensor is (4, 3) there; NumPy's rule (int and array separated: their dims first) gives
@@ -93,6 +95,7 @@ def test_traced_integer_index(interpreted):
     np.testing.assert_array_equal(gj.grad(f)(x, i), t.grad.data)
 
 
+@COMPILED_SLOW
 def test_traced_integer_scalar_beside_ints_and_none_in_a_tuple_index(executor):
     # a tuple index holding a traced scalar was searched for '...' with ==, which compared
     # the traced entry (and failed); each entry is now tested by identity
@@ -106,6 +109,7 @@ def test_traced_integer_scalar_beside_ints_and_none_in_a_tuple_index(executor):
     np.testing.assert_array_equal(gj.grad(fns[0])(a), g)
 
 
+@COMPILED_SLOW
 def test_empty_list_index_is_an_integer_index_as_numpy(executor):
     # np.asarray([]) is float64, but NumPy (and torch) index with an empty list as intp
     a = np.arange(12.0).reshape(3, 4)

@@ -12,6 +12,7 @@ import pytest
 from scipy import special
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.lowering import special_cpu as sp
 from gradjit.runtime import tiers
 
@@ -212,6 +213,7 @@ def test_sinc_as_torch(executor):
     np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
 
 
+@COMPILED_SLOW
 def test_atan2_gradient_at_the_origin_is_zero_as_torch(executor):
     """torch's atan2_backward masks 1 / (y^2 + x^2) to 0 where it is infinite: at (0, 0),
     and where the sum underflows; elsewhere the usual x / r^2, -y / r^2."""

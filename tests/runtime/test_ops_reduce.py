@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 
 
 def _grad(fn, x):
@@ -228,6 +229,7 @@ def test_max_and_min_of_a_tensor_other_are_elementwise_as_torchs(executor):
     np.testing.assert_array_equal(x.max(axis=(0, 1)).data, 5.0)   # NumPy's keyword: amax
 
 
+@COMPILED_SLOW
 def test_numpy_median_and_quantiles_are_nan_for_a_slice_holding_a_nan(executor):
     # NumPy sorts a NaN last and returns NaN for the whole slice, whichever q; JAX too, with
     # a zero gradient for that slice (the other slices keep theirs)

@@ -86,6 +86,7 @@ def test_the_first_step_starts_with_the_callers_threshold(collector):
     assert gc.get_threshold() == CALLERS   # (the step was dropped at once)
 
 
+@pytest.mark.slow
 def test_recorded_steps_run_no_young_collection(collector):
     # With the caller's threshold, each op's objects (tensor, node, lists) would trigger
     # young collections that walk the whole live step (fails without the pause).
