@@ -460,7 +460,8 @@ def _run(ops, leaves):
     return loss
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s >= 12 else s
+                                  for s in range(24)])   # (seeds 12+: the slow suites)
 def test_random_steps_and_variants_match_the_eager_reference(seed, fast):
     rng = np.random.default_rng(seed)
     leaves = [gj.tensor(rng.normal(size=(3,)) * 0.5, requires_grad=i < 2) for i in range(3)]
