@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradjit.lowering.consts import const_key, const_read, const_slots, const_type
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype, hoist_shapes, shape_arg
 from gradjit.lowering.codegen_cpu_expr import _acc_init, _acc_update, _expr, _lit
 from gradjit.lowering.codegen_cpu_fold import fold_axis, fold_index, view_folds
@@ -148,11 +149,13 @@ class _Emitter:
     def const(self, value, dtype):
         """A new ``consts`` slot per use: never shared by value, so the source cannot
         depend on which constants happen to be equal."""
-        dtype = np.result_type(np.dtype(dtype), value) if not isinstance(value, bool) else np.dtype(dtype)
-        k = len(self.const_values)
-        self.const_values.append(float(value))
-        self.const_types.append(_np_dtype(dtype))
-        self.prologue.append(f"    c{k} = {_np_dtype(dtype)}(consts[{k}])")
+        t = const_type(value, dtype)   # a type that holds the value (lowering/consts.py)
+        k, slots = len(self.const_values), const_slots(value, t)
+        key = const_key(t, len(slots))
+        self.const_values += slots
+        self.const_types += [key] + ["-"] * (len(slots) - 1)
+        # one prologue line per slot (the pad is never read, so dropped as unused)
+        self.prologue += [f"    c{k} = {const_read(key, k)}"] + [""] * (len(slots) - 1)
         return f"c{k}"
 
     def emit(self, depth, text, node=None):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
-from gradjit.lowering.codegen_cpu_math import _lit, fast_fn, math_expr
+from gradjit.lowering.codegen_cpu_math import _lit, fast_fn, math_expr, out_of_range_compare
 from gradjit.tracer.registry import get_op
 
 
@@ -103,8 +103,12 @@ def _raw_expr(node, a, e):
         return f"{a[0]} {'*' if base == 'mul' else '/'} {c('other')}"
     cmps = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
     if base in cmps:
-        rhs = a[1] if op.endswith(".Tensor") else c("other")
-        return f"({a[0]} {cmps[base]} {rhs})"
+        if op.endswith(".Tensor"):
+            return f"({a[0]} {cmps[base]} {a[1]})"
+        known = out_of_range_compare(base, at["other"], ref)
+        if known is not None:   # NumPy compares by value: ``u8 > -1`` is all True
+            return f"({a[0]} {'==' if known else '!='} {a[0]})"
+        return f"({a[0]} {cmps[base]} {c('other')})"
     if op == "_to_copy.default":
         return f"({a[0]} != 0)" if out == np.bool_ else f"{_np_dtype(out)}({a[0]})"
     family = math_expr(node, a, e)

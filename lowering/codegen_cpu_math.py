@@ -128,6 +128,7 @@ def math_expr(node, a, e):
     if op in ("clamp.default", "clamp_min.default", "clamp_max.default"):
         lo = at.get("min") if base != "clamp_max" else None
         hi = at.get("max") if base != "clamp_min" else None
+        lo, hi = int_bounds(lo, out), int_bounds(hi, out)   # (an integer result only)
         x = a[0]
         if lo is not None and hi is not None:
             return _special(e, "clamp", [x, e.const(lo, ref), e.const(hi, ref)])
@@ -150,3 +151,31 @@ def math_expr(node, a, e):
         half = _lit(0.5, out)
         return f"({x} + {w} * ({y} - {x}) if abs({w}) < {half} else {y} - ({y} - {x}) * ({one} - {w}))"
     return None
+
+
+def _int_range(value, dtype):
+    """``dtype``'s (min, max) where ``value`` is a Python int and ``dtype`` an integer
+    dtype (NumPy then compares and clips by value, whatever the range); else None."""
+    if dtype.kind not in "iu" or not isinstance(value, (int, np.integer)) \
+            or isinstance(value, (bool, np.bool_)):
+        return None
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def int_bounds(value, dtype):
+    """A clip bound moved into ``dtype``'s range: ``np.clip(u8, -3, 3)`` is
+    ``np.clip(u8, 0, 3)``; the bound emitted as a uint8 -3 would wrap to 253."""
+    r = _int_range(value, dtype)
+    return value if r is None or value is None else min(max(int(value), r[0]), r[1])
+
+
+def out_of_range_compare(base, value, dtype):
+    """The constant result (True / False) of comparison ``base`` (gt, lt, ge, le, eq, ne)
+    of every ``dtype`` element with an int ``value`` out of its range; None otherwise."""
+    r = _int_range(value, dtype)
+    if r is None or r[0] <= value <= r[1]:
+        return None
+    above = value > r[1]   # every element is below the value
+    return {"gt": not above, "ge": not above, "lt": above, "le": above,
+            "eq": False, "ne": True}[base]

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gradjit.lowering.alloc_cpu import dtype_arg, shape_arg
+from gradjit.lowering.consts import const_read
 
 from gradjit.lowering.codegen_cpu_roll_text import ALLOC as _ALLOC, INT as _INT, MIN_REPS
 from gradjit.lowering.codegen_cpu_roll_text import NAME as _NAME, affine as _affine
@@ -370,7 +371,7 @@ class _Roller:
                     # the slot before it, a plain branch (min/max are overloads Numba
                     # compiles in every process, uncached)
                     at = f"{at} if {k} < {T - 1} else {a + b * (T - 2)}"
-                head.append(f"        c{c0}_ = {self.const_types[c0]}(consts[{at}])")
+                head.append(f"        c{c0}_ = {const_read(self.const_types[c0], at)}")
 
         def sub(m):
             kind, num = m.group(1), int(m.group(2))

@@ -43,6 +43,7 @@ import numpy as np
 from gradjit.lowering.alloc_cpu import dtype_arg as _np_dtype
 from gradjit.lowering.codegen_cpu import Generated, _describe, _index, helper_stamps
 from gradjit.lowering.codegen_cpu_expr import _expr, _lit, acc_init, acc_update
+from gradjit.lowering.consts import const_key, const_read, const_slots, const_type
 from gradjit.lowering.cuda_pool import entry_lines
 from gradjit.lowering.schedule import Loop, permutation, reduced_dims, schedule
 
@@ -98,10 +99,10 @@ class CudaEmitter:
         self._nk = 0
 
     def const(self, value, dtype):
-        dtype = np.result_type(np.dtype(dtype), value) if not isinstance(value, bool) else np.dtype(dtype)
-        k = len(self.const_values)
-        self.const_values.append(float(value))
-        self._kconsts.append(f"c{k} = {_np_dtype(dtype)}(consts[{k}])")
+        t = const_type(value, dtype)   # a type that holds the value (lowering/consts.py)
+        k, slots = len(self.const_values), const_slots(value, t)
+        self.const_values += slots
+        self._kconsts.append(f"c{k} = {const_read(const_key(t, len(slots)), k)}")
         return f"c{k}"
 
     def name(self, prefix="k"):

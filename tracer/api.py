@@ -123,11 +123,18 @@ def where(condition, x, y):
         raise TypeError("where: at least one of condition, x, y must be a gradjit tensor")
     other = y if is_scalar(x) else x
     dt = getattr(other, "dtype", None)
-    args = [ref._const(np.asarray(v, dtype=None if dt is None else
-                                  np.result_type(dt, promoting(v, ref))))
+    args = [ref._const(_scalar_as(v, None if dt is None else np.result_type(dt, promoting(v, ref))))
             if is_scalar(v) and v is not condition else
             ref._const(np.asarray(v)) if is_scalar(v) else v for v in (condition, x, y)]
     return apply("where.self", args, {})
+
+
+def _scalar_as(v, dtype):
+    """Scalar ``v`` as a 0-d array of ``dtype``: a Python int out of an integer dtype's
+    range wraps, as NumPy's ``where`` casts it (``where(c, u8, -1)`` holds 255); one out
+    of int64 and uint64 raises NumPy's OverflowError."""
+    v = np.asarray(v)
+    return v if dtype is None else v.astype(dtype)
 
 
 def matmul(a, b):

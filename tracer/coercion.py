@@ -55,7 +55,7 @@ from gradjit.tracer.methods_index import stack
 from gradjit.tracer.registry import GradjitError
 from gradjit.tracer.rng_guard import global_draw
 from gradjit.tracer.scipy_functions import SCIPY_FUNCTIONS, SCIPY_REFUSED
-from gradjit.tracer.trace import PENDING_STORE
+from gradjit.tracer.trace import PENDING_STORE, strong
 from gradjit.tracer.tracer_setitem import buffer
 
 _LOCK = threading.Lock()
@@ -145,6 +145,8 @@ def _coercer(orig):
         if kwargs:
             raise TypeError(f"{name}() got unexpected keyword arguments {sorted(kwargs)}")
         out = to_traced(a, dtype=dtype)
+        if getattr(out, "_weak", False):   # (an array is strong: np.asarray(0.5) is float64)
+            out = strong(out)
         if out is a and copy:   # a copy: later assignments to either one are not shared
             out = out._copy()
         if out.ndim < ndmin:

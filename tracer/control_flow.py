@@ -19,6 +19,12 @@ Contract
   checkpoint: its reverse mode recomputes the body) and ``while`` (no reverse mode).
 - Carried values keep their shape and dtype across a step; a body that changes them, or
   branches that return different types, raise ``GradjitError`` naming both.
+- Weak types (JAX's; NEP 50's Python numbers) cross regions: a weak operand or carry (a
+  traced Python-float argument, a Python number as an initial carry) is a weak body input,
+  and a result is weak where every body that makes it returns a weak value. A weak carry
+  whose step gives a strong value (or another dtype NumPy's rule allows) is traced again
+  as that strong type (``fori_loop(0, n, lambda i, c: c + a32[i], 0.0)`` carries float32).
+  ``fori_loop``'s index is a weak int (``c * i`` keeps ``c``'s dtype, as a Python loop).
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ from gradjit.tracer.interp import interpret
 from gradjit.tracer.ir import Graph
 from gradjit.tracer.api import apply
 from gradjit.tracer.registry import GradjitError, MaxStepsError, defop, user_site
-from gradjit.tracer.trace import BODIES, BodyTrace, Tracer, constant
+from gradjit.tracer.trace import BODIES, BodyTrace, Tracer, WeakTracer, constant
 
 
 class Region:
@@ -138,6 +144,18 @@ def enclosing_graph():
     return _enclosing()
 
 
+def _as_weak(graph, x, what):
+    """``_as_outer``, where a Python number or a weak tracer stays weak (JAX's weak types)."""
+    t = _as_outer(graph, x, what)
+    weak = x.__class__ is WeakTracer or (type(x) in (int, float) and t.dtype.kind in "if")
+    return WeakTracer(t.graph, t.value) if weak else t
+
+
+def _wrap(graph, vals, weak):
+    """Tracers of a region node's outputs ``vals``: weak where ``weak`` says."""
+    return [(WeakTracer if w else Tracer)(graph, v) for v, w in zip(vals, weak)]
+
+
 def _as_outer(graph, x, what):
     """A leaf as a tracer of ``graph`` (the enclosing one)."""
     if isinstance(x, Tracer):
@@ -155,29 +173,32 @@ def _as_outer(graph, x, what):
 
 def trace_body(outer, fn, leaves_in, trees_in, what, slice_first=()):
     """Trace ``fn`` on fresh inputs like ``leaves_in`` (tracers of ``outer``; those whose
-    index is in ``slice_first`` drop their first axis). Returns ``(graph, out_leaves
-    (Values), out_tree, feeds (outer tracers of the captured inputs, in input order))``."""
+    index is in ``slice_first`` drop their first axis; weak ones give weak body inputs).
+    Returns ``(graph, out_leaves (Values), out_tree, feeds (outer tracers of the captured
+    inputs, in input order), weak (per out leaf: a weak tracer or a Python number))``."""
     from gradjit.tracer.coercion import traced_numpy
     g = Graph(f"{outer.name}.{what}")
     g.view_tree = {} if outer.view_tree is not None else None
     ins = []
     for k, t in enumerate(leaves_in):
         shape = t.shape[1:] if k in slice_first else t.shape
-        ins.append(Tracer(g, g.add_input(shape, t.dtype)))
+        kind = WeakTracer if t.__class__ is WeakTracer else Tracer
+        ins.append(kind(g, g.add_input(shape, t.dtype)))
     args, it = [], iter(ins)
     for tree, n in trees_in:
         args.append(pytree.unflatten(tree, [next(it) for _ in range(n)]))
     with BodyTrace(g, outer) as body, traced_numpy(g):
         out = fn(*args)
         leaves, tree = pytree.flatten(out)
-        vals = [_as_outer(g, x, what).value for x in leaves]
+        outs = [_as_weak(g, x, what) for x in leaves]
+        vals = [t.value for t in outs]
     fed = dict(body.feeds)
     feeds = []
     for v in g.inputs[len(ins):]:   # captured values and the body's own constants, in order
         feeds.append(fed[v] if v in fed else constant(outer, g.constants.pop(v)))
     g.constant_ids = {}
     g.outputs = vals
-    return g, vals, tree, feeds
+    return g, vals, tree, feeds, [t.__class__ is WeakTracer for t in outs]
 
 
 def _types(vals):
@@ -222,8 +243,9 @@ def _scan(f, init, xs, length, reverse, what):
     if outer is None:
         return _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse)
     c_leaves, c_tree = pytree.flatten(init)
-    c_in = [_as_outer(outer, c, what) for c in c_leaves]
-    x_in = [_as_outer(outer, x, what) for x in x_leaves]
+    c_in = [_as_weak(outer, c, what) for c in c_leaves]
+    x_in = [_as_weak(outer, x, what) if x.__class__ is WeakTracer else _as_outer(outer, x, what)
+            for x in x_leaves]
     nc, nx = len(c_in), len(x_in)
 
     def step(carry, x):
@@ -232,13 +254,14 @@ def _scan(f, init, xs, length, reverse, what):
             raise GradjitError(f"{what}: the body must return a pair (carry, y)", user_site())
         return res
 
-    g, vals, tree, feeds = trace_body(outer, step, c_in + x_in, [(c_tree, nc), (x_tree, nx)],
-                                      "scan", slice_first=range(nc, nc + nx))
+    g, vals, tree, feeds, weak = trace_body(outer, step, c_in + x_in,
+                                            [(c_tree, nc), (x_tree, nx)], "scan",
+                                            slice_first=range(nc, nc + nx))
     out_c_tree, out_y_tree = tree[1][0], tree[1][1]
     got, want = _types(vals[:nc]), _types(g.inputs[:nc])
-    weak = _weak_promotions(c_leaves, got, want) if out_c_tree == c_tree else None
-    if weak:   # (JAX's weak types: a Python number as the initial carry takes the body's dtype)
-        return _scan(f, pytree.unflatten(c_tree, weak), xs, length, reverse, what)
+    promoted = _weak_promotions(c_in, weak[:nc], got, want) if out_c_tree == c_tree else None
+    if promoted:   # (JAX's weak types: a weak initial carry takes the body's type)
+        return _scan(f, pytree.unflatten(c_tree, promoted), xs, length, reverse, what)
     _check_same(what, "the carry", got, want, out_c_tree, c_tree)
     attrs = {"body": Region(g), "n_carry": nc, "n_x": nx, "length": n, "reverse": bool(reverse),
              "origin": what}
@@ -247,24 +270,32 @@ def _scan(f, init, xs, length, reverse, what):
              + [((n,) + v.shape, v.dtype) for v in g.inputs[:nc]])
     outs = outer.add_node("scan.default", [t.value for t in c_in + x_in + feeds], attrs, types,
                           outer.site_override or user_site())
-    res = [Tracer(outer, v) for v in outs]
+    res = _wrap(outer, outs, weak) + [Tracer(outer, v) for v in outs[len(vals):]]
     return (pytree.unflatten(c_tree, res[:nc]),
             pytree.unflatten(out_y_tree, res[nc:nc + len(vals) - nc]))
 
 
-def _weak_promotions(c_leaves, got, want):
-    """The initial carry leaves with each Python number (weakly typed, as JAX's) whose body
-    result differs only in dtype cast to the result's dtype, where NumPy's weak rule gives
-    that dtype (0 -> float64, 0.5 -> float32; not 0.5 -> int64); None unless that makes
-    every carry leaf match."""
-    out = list(c_leaves)
-    for k, (x, (gs, gd), (ws, wd)) in enumerate(zip(c_leaves, got, want)):
-        if (gs, gd) == (ws, wd):
+def _weak_promotions(c_in, weak_out, got, want):
+    """The initial carry (tracers ``c_in``) with each weak leaf whose body result is strong
+    or of another dtype cast to the result's type (strong where the result is), as JAX
+    promotes a weak carry, where NumPy's weak rule gives that dtype (a weak float64 beside
+    float32 -> float32; not float -> int64); None when nothing changes or a non-weak leaf
+    does not match (the caller's check then names it)."""
+    out = list(c_in)
+    for k, (x, w, (gs, gd), (ws, wd)) in enumerate(zip(c_in, weak_out, got, want)):
+        if x.__class__ is not WeakTracer or (w and gd == wd):
+            if (gs, gd) != (ws, wd):
+                return None
             continue
-        if type(x) not in (int, float, bool) or gs != ws or np.result_type(gd, x) != gd:
+        if gs != ws or np.result_type(gd, _PY[wd.kind]) != gd:
             return None
-        out[k] = np.asarray(x, gd)
-    return out if any(a is not b for a, b in zip(out, c_leaves)) else None
+        t = Tracer(x.graph, x.value)
+        t = t if gd == wd else t.astype(gd)
+        out[k] = WeakTracer(t.graph, t.value) if w else t
+    return out if any(a is not b for a, b in zip(out, c_in)) else None
+
+
+_PY = {"c": 0j, "f": 0.0, "i": 0}   # a weak value's kind as a Python number (NumPy's rule)
 
 
 def _scan_eager(f, init, xs, x_leaves, x_tree, n, reverse):
@@ -307,8 +338,10 @@ def fori_loop(lower, upper, body_fun, init_val):
     steps = np.arange(lower, max(lower, upper), dtype=np.int64)
     if steps.size == 0:
         return init_val
-    return _scan(lambda c, i: (body_fun(i, c), None), init_val, steps, None, False,
-                 "gj.fori_loop")[0]
+    outer = _enclosing()
+    steps = _as_outer(outer, steps, "gj.fori_loop")   # (the index is a weak int: a Python int's)
+    return _scan(lambda c, i: (body_fun(i, c), None), init_val,
+                 WeakTracer(steps.graph, steps.value), None, False, "gj.fori_loop")[0]
 
 
 def while_loop(cond_fun, body_fun, init_val, max_steps=None):
@@ -347,20 +380,25 @@ def while_loop(cond_fun, body_fun, init_val, max_steps=None):
         return pytree.unflatten(tree, [apply("while_steps_check.default", [x, running],
                                              {"max_steps": int(max_steps)}) for x in leaves])
     c_leaves, c_tree = pytree.flatten(init_val)
-    c_in = [_as_outer(outer, c, "gj.while_loop") for c in c_leaves]
+    c_in = [_as_weak(outer, c, "gj.while_loop") for c in c_leaves]
     nc = len(c_in)
-    gc, cvals, _, cfeeds = trace_body(outer, cond_fun, c_in, [(c_tree, nc)], "while_cond")
+    gb, bvals, btree, bfeeds, weak = trace_body(outer, body_fun, c_in, [(c_tree, nc)],
+                                                "while_body")
+    promoted = (_weak_promotions(c_in, weak, _types(bvals), _types(gb.inputs[:nc]))
+                if btree == c_tree else None)
+    if promoted:   # (a weak initial value takes the body's type, as JAX's)
+        return while_loop(cond_fun, body_fun, pytree.unflatten(c_tree, promoted))
+    gc, cvals, _, cfeeds, _ = trace_body(outer, cond_fun, c_in, [(c_tree, nc)], "while_cond")
     if len(cvals) != 1 or cvals[0].shape != () or cvals[0].dtype != np.bool_:
         raise GradjitError("gj.while_loop: cond_fun must return one boolean scalar",
                            user_site())
-    gb, bvals, btree, bfeeds = trace_body(outer, body_fun, c_in, [(c_tree, nc)], "while_body")
     _check_same("gj.while_loop", "the loop value", _types(bvals), _types(gb.inputs[:nc]),
                 btree, c_tree)
     feeds = _merge_captures([gc, gb], [cfeeds, bfeeds], nc)
     outs = outer.add_node("while.default", [t.value for t in c_in + feeds],
                           {"cond_body": Region(gc), "body": Region(gb), "n_carry": nc},
                           [(v.shape, v.dtype) for v in gb.inputs[:nc]], user_site())
-    return pytree.unflatten(c_tree, [Tracer(outer, v) for v in outs])
+    return pytree.unflatten(c_tree, _wrap(outer, outs, weak))
 
 
 def _merge_captures(graphs, feeds, n_lead):
@@ -390,18 +428,19 @@ def cond(pred, true_fun, false_fun, *operands):
     if p.dtype != np.bool_:
         p = p != 0
     o_leaves, o_tree = pytree.flatten(list(operands))
-    o_in = [_as_outer(outer, x, "gj.cond") for x in o_leaves]
+    o_in = [_as_weak(outer, x, "gj.cond") for x in o_leaves]
     n = len(o_in)
-    gt, tv, tt, tf = trace_body(outer, lambda ops: true_fun(*ops), o_in, [(o_tree, n)], "cond_true")
-    gf, fv, ft, ff = trace_body(outer, lambda ops: false_fun(*ops), o_in, [(o_tree, n)],
-                                "cond_false")
+    gt, tv, tt, tf, tw = trace_body(outer, lambda ops: true_fun(*ops), o_in, [(o_tree, n)],
+                                    "cond_true")
+    gf, fv, ft, ff, fw = trace_body(outer, lambda ops: false_fun(*ops), o_in, [(o_tree, n)],
+                                    "cond_false")
     _check_same("gj.cond", "the false branch's result", _types(fv), _types(tv), ft, tt,
                 "Make both branches return the same (cast one: x.astype(...))")
     feeds = _merge_captures([gt, gf], [tf, ff], n)
     outs = outer.add_node("cond.default", [p.value] + [t.value for t in o_in + feeds],
                           {"true_body": Region(gt), "false_body": Region(gf)},
                           [(v.shape, v.dtype) for v in tv], user_site())
-    return pytree.unflatten(tt, [Tracer(outer, v) for v in outs])
+    return pytree.unflatten(tt, _wrap(outer, outs, [a and b for a, b in zip(tw, fw)]))
 
 
 def checkpoint(fun=None, *, static_argnums=(), prevent_cse=True, policy=None):
@@ -429,7 +468,7 @@ def checkpoint(fun=None, *, static_argnums=(), prevent_cse=True, policy=None):
         leaves, tree = pytree.flatten([dyn, dict(kwargs)])
         traced = [k for k, x in enumerate(leaves) if pytree.is_traced_leaf(x)
                   or isinstance(x, Tracer)]
-        ins = [_as_outer(outer, leaves[k], "gj.checkpoint") for k in traced]
+        ins = [_as_weak(outer, leaves[k], "gj.checkpoint") for k in traced]
 
         def call(*xs):
             full = list(leaves)
@@ -438,12 +477,12 @@ def checkpoint(fun=None, *, static_argnums=(), prevent_cse=True, policy=None):
             dyn_in, kw = pytree.unflatten(tree, full)
             it = iter(dyn_in)
             return fun(*[fixed[k] if k in fixed else next(it) for k in range(len(args))], **kw)
-        g, vals, out_tree, feeds = trace_body(outer, call, ins, [(_LEAF_TREE, 1)] * len(ins),
-                                              "checkpoint")
+        g, vals, out_tree, feeds, weak = trace_body(outer, call, ins,
+                                                    [(_LEAF_TREE, 1)] * len(ins), "checkpoint")
         outs = outer.add_node("call.default", [t.value for t in ins + feeds],
                               {"body": Region(g)}, [(v.shape, v.dtype) for v in vals],
                               user_site())
-        return pytree.unflatten(out_tree, [Tracer(outer, v) for v in outs])
+        return pytree.unflatten(out_tree, _wrap(outer, outs, weak))
     return wrapped
 
 

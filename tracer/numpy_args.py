@@ -153,7 +153,10 @@ def ndim_of(x):
 
 
 def weak(x):
-    """What ``np.result_type`` should see for ``x``: Python numbers stay weak (NEP 50)."""
+    """What ``np.result_type`` should see for ``x``: Python numbers stay weak (NEP 50), and
+    so do weak tracers (traced Python floats: tracer/trace.py ``WeakTracer``)."""
+    if getattr(x, "_weak", False):
+        return {"c": 0j, "f": 0.0, "i": 0}[x.dtype.kind]
     return x.dtype if is_obj(x) else x if type(x) in (int, float, complex) else np.asarray(x)
 
 

@@ -147,6 +147,15 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
     hi = None if hi is np._NoValue else hi
     if lo is None and hi is None:
         raise ValueError("One of max or min must be given")
+    if a.dtype.kind in "iu":   # NumPy's _clip: a Python int bound past the dtype's end is none
+        info = np.iinfo(a.dtype)
+        lo = None if type(lo) is int and lo <= info.min else lo
+        hi = None if type(hi) is int and hi >= info.max else hi
+        for v in (lo, hi):
+            if type(v) is int and not info.min <= v <= info.max:
+                raise OverflowError(f"Python integer {v} out of bounds for {a.dtype}")
+        if lo is None and hi is None:
+            return np.copy(a)   # (NumPy: np.positive, a copy)
     bounds = [promoting(v, a) for v in (lo, hi) if isinstance(v, np.generic)]
     if bounds and np.result_type(a.dtype, *bounds) != a.dtype:   # strong NumPy scalars
         a = ArrayOps.to(a, np.result_type(a.dtype, *bounds))

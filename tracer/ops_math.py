@@ -24,6 +24,8 @@ Contract
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from gradjit.tracer.lazy_scipy import special as _special
@@ -85,6 +87,10 @@ def _clamp_infer(types, attrs):
 
 
 def _clamp(x, min, max):
+    if x.dtype.kind in "iu":   # an int bound beyond the range clips as the range's end
+        lo, hi = int(np.iinfo(x.dtype).min), int(np.iinfo(x.dtype).max)
+        min, max = ((b if type(b) is not int else builtins.min(builtins.max(b, lo), hi))
+                    for b in (min, max))
     if min is not None:
         x = np.where(x < min, min, x)    # NaN passes through; min > max gives max (torch)
     if max is not None:

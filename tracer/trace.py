@@ -269,7 +269,7 @@ class Tracer(NumpyMethods, ArrayOps):
         for _, dt in out_types:   # (x * 1j: a complex result of real operands)
             real_only(np.dtype(dt), f"the result of {op_name}")
         outs = g.add_node(op_name, vals, attrs, out_types, site)
-        res = [(WeakTracer if weak_out and v.dtype.kind in "fc" else Tracer)(g, v) for v in outs]
+        res = [(WeakTracer if weak_out and v.dtype.kind in "ifc" else Tracer)(g, v) for v in outs]
         if op_name in VIEW_OPS and view_of and g.view_tree is not None:
             note_view(inputs[0], res[0], op_name, attrs)   # NumPy's view semantics
         return res[0] if len(res) == 1 else tuple(res)
@@ -277,7 +277,8 @@ class Tracer(NumpyMethods, ArrayOps):
 
 class WeakTracer(Tracer):
     """A traced Python float argument (or a value computed from such ones by Python
-    operators alone): weakly typed, as a Python number is to NumPy 2 (NEP 50) and a weak
+    operators alone; a loop index or carried Python number of tracer/control_flow.py, an
+    int64 one for an int): weakly typed, as a Python number is to NumPy 2 (NEP 50) and a weak
     type to JAX. Its Value is float64 (the number's own precision); where it meets a
     strong operand in an op with an elementwise promotion, ``_weak_operands`` casts it to
     the dtype NumPy gives that operand and a Python float (float32 array * 0.5: float32)."""
@@ -296,8 +297,31 @@ class WeakTracer(Tracer):
         finally:
             NUMPY_CALL.depth -= 1
 
+    def __array_function__(self, func, types, args, kwargs):
+        # a NumPy function's result is an array, strong (np.transpose(0.5) is a float64
+        # array), even one that hands its argument back
+        NUMPY_CALL.depth += 1
+        try:
+            return strong(Tracer.__array_function__(self, func, types, args, kwargs))
+        finally:
+            NUMPY_CALL.depth -= 1
+
+    def __round__(self, ndigits=None):   # (round(0.5, 3) is a Python float: weak)
+        return WeakTracer._weakly(strong(Tracer.__round__(self, ndigits)))
+
+
+def strong(x):
+    """``x`` with a weak tracer as a strong one of its dtype (NumPy's arrays are strong);
+    tuples and lists of results element by element."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(strong(v) for v in x)
+    return Tracer(x.graph, x.value) if x.__class__ is WeakTracer else x
+
 
 Tracer._weak = False
+
+
+_PY_ZERO = {"c": 0j, "f": 0.0, "i": 0}   # a weak tracer's kind as a Python number
 
 
 def _weak_operands(op, inputs):
@@ -318,7 +342,7 @@ def _weak_operands(op, inputs):
     for k in range(first, len(out)):
         x = out[k]
         if x.__class__ is WeakTracer:
-            dt = np.result_type(*strong, 0j if x.dtype.kind == "c" else 0.0)
+            dt = np.result_type(*strong, _PY_ZERO[x.dtype.kind])
             if dt != x.dtype:
                 out[k] = Tracer(x.graph, x.value).astype(dt)
     return out, False

@@ -34,7 +34,7 @@ def _kind(x):
     if t in _PY_SCALARS:
         return t
     if getattr(x, "_weak", False):   # a traced Python float argument (tracer/trace.py)
-        return complex if x.dtype.kind == "c" else float
+        return {"c": complex, "f": float, "i": int}[x.dtype.kind]
     dt = getattr(x, "dtype", None)
     if dt is not None:   # arrays, traced values, tensors, NumPy scalars (strong, as arrays)
         return np.dtype(dt)
