@@ -134,6 +134,11 @@ CASES = {
     "detach.default": C(lambda a: a.exp() + apply("detach.default", [a], {}) * 0.0, U(2, 3)),
     "where.self": C(lambda c, a, b: where(c, a, b), B(2, 3), U(2, 3), U(3)),
     "_to_copy.default": C(lambda a: a.to(np.float32), U(2, 3), eps=1e-2, rtol=1e-3, atol=1e-4),
+    # a no-grad write into a tensor with history (tracer/tensor_inplace.py): the value is
+    # ``value``, the gradient goes to self as torch's; finite differences see that when the
+    # written value moves with self (here it is self's own value)
+    "_written.default": C(lambda a: apply("_written.default", [a * 2.0, a * 2.0], {}),
+                          U(2, 3)),
     # (what gj.while_loop(..., max_steps=3) returns when traced; running: False here)
     "while_steps_check.default": C(lambda a: apply("while_steps_check.default",
                                                    [a * 1.5, a.sum() != a.sum()],
