@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradjit as gj
+from tests.marks import COMPILED_SLOW
 from gradjit.runtime import tiers
 from tests.counters import lines_and_compiles
 from tests.fd import numerical_grad
@@ -110,6 +111,7 @@ def _doubling(max_steps):
 
 
 @pytest.mark.parametrize("tiering", ["sync", "never"])   # (compiled / interpreted in numba)
+@COMPILED_SLOW
 def test_while_loop_cut_short_by_max_steps_raises(executor, tiering):
     # cond still true after max_steps steps: the loop once returned the truncated value
     # ([8, 8] for a gradient needing 5 steps: [32, 32]); now a RuntimeError at run time
@@ -179,6 +181,7 @@ def test_while_loop_forward_mode_needs_no_bound(executor):
     np.testing.assert_allclose(gj.jacfwd(f)(w) @ t, tangent, rtol=1e-12)
 
 
+@COMPILED_SLOW
 def test_cond_runs_one_branch_with_its_gradient(executor, rng):
     def f(w, xs):
         def yes(a, b):
@@ -196,6 +199,7 @@ def test_cond_runs_one_branch_with_its_gradient(executor, rng):
     assert gj.grad(safe_log)(np.float64(2.0)) == 0.5
 
 
+@COMPILED_SLOW
 def test_checkpoint(executor, rng):
     def f(w, x):
         g = gj.checkpoint(lambda a, b: np.tanh(a * b).sum() * np.exp(a).sum())

@@ -58,6 +58,7 @@ def test_jacfwd_of_a_scalar_function_of_a_dict(executor):
 
 
 @pytest.mark.parametrize("transform", ["jacfwd", "jacrev"])
+@COMPILED_SLOW
 def test_pytree_outputs_dict_of_dicts(transform, executor):
     J = getattr(gj, transform)(layer)(P, X)
     assert set(J) == {"y", "s"} and all(set(J[o]) == {"w", "b"} for o in J)
@@ -83,6 +84,7 @@ def test_jacfwd_equals_jacrev_on_lists_tuples_and_namedtuples(executor):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+@COMPILED_SLOW
 def test_hessian_of_a_dict_is_a_dict_of_dicts(executor):
     H = gj.hessian(h)(P, X)
     g = gj.grad(h)

@@ -302,6 +302,7 @@ def test_non_native_byte_order_arguments(executor):
     np.testing.assert_array_equal(gj.jacrev(lambda x: x * 2)(xb), 2 * np.eye(2))
 
 
+@COMPILED_SLOW
 def test_lists_and_quantile_q_promote_as_numpy(executor):
     # np.array([float32 value, 1.0]) is float64 (NumPy makes the Python number an array
     # first: not weak there) and np.percentile(float32, [10, 90]) too (q as an array); a
@@ -333,6 +334,7 @@ def test_integer_fmod_takes_the_dividends_sign(dt, executor):
 
 
 @pytest.mark.parametrize("dt", [np.int64, np.bool_])
+@COMPILED_SLOW
 def test_integer_and_bool_products(dt, executor):
     # integer and bool matmul has no BLAS: compiled code once failed to type (a Numba
     # TypingError, and with the source on disk, every later process); now NumPy's loop
