@@ -690,7 +690,7 @@ def test_ufunc_out_writes_into_the_buffer_and_returns_it():
     for k in (0, 1):
         np.testing.assert_allclose(gj.grad(f, argnums=k)(x, y), numerical_grad(f, (x, y), k),
                                    rtol=1e-7, atol=1e-9)
-    with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output from dtype\('float64'\)"):
+    with pytest.raises(TypeError, match=r"Cannot cast ufunc 'add' output from dtype\('float64'\)"):
         gj.jit(lambda x: np.add(np.arange(3), x, out=np.arange(3)).sum())(x)
     t = gj.tensor(x, requires_grad=True)
     with pytest.raises(RuntimeError, match=r"np.exp\(\.\.\., out=\.\.\.\): the result requires grad"):
