@@ -362,8 +362,12 @@ class _Walk:
                 pass
         # the defaults tuple and dict as bound to the function (``f.__defaults__ = (3.0,)``
         # replaces them: the same objects still there), then their items as values read
-        self.bound(f, _Attr("__defaults__"), f.__defaults__)
-        self.bound(f, _Attr("__kwdefaults__"), f.__kwdefaults__)
+        # (a function without them is not checked: defaults given later change no call the
+        # traced code makes, and each check costs every call of a small gradient ~0.15 us)
+        if f.__defaults__ is not None:
+            self.bound(f, _Attr("__defaults__"), f.__defaults__)
+        if f.__kwdefaults__ is not None:
+            self.bound(f, _Attr("__kwdefaults__"), f.__kwdefaults__)
 
 
 def guards_for(fn, statics, consts):
