@@ -65,11 +65,10 @@ class InplaceMethods:
     # -- views (tracer/tensor_views.py) ------------------------------------------------
     def __getitem__(self, index):
         if _basic(index):
-            index = _norm_index(index)
-            index = index[0] if len(index) == 1 else index
+            items = _norm_index(index)
             with views.quiet():
-                out = super().__getitem__(index)
-            return views.register(self, out, ("getitem", (_norm_index(index),)))
+                out = super().__getitem__(items[0] if len(items) == 1 else items)
+            return views.register(self, out, ("getitem", (items,)))
         with views.quiet():
             return super().__getitem__(index)
 

@@ -27,16 +27,26 @@ _NOT_FUNCTIONS = {"to", "type_as", "astype", "float", "double", "view", "view_as
                   "bool", "type"}   # (torch.half, torch.long ... are dtypes: gradjit/__init__)
 
 
+_TENSOR = []   # (Tensor, tensor), imported at the first call: tensor.py imports the API
+
+
+def _tensor():
+    if not _TENSOR:
+        from gradjit.tracer.tensor import Tensor, tensor
+        _TENSOR.extend((Tensor, tensor))
+    return _TENSOR
+
+
 def _function(name):
     method = getattr(ArrayOps, name)
 
     def fn(input, *args, **kwargs):
-        from gradjit.tracer.tensor import Tensor, tensor   # (tensor.py imports the API)
+        Tensor, tensor = _TENSOR or _tensor()
         if not isinstance(input, ArrayOps):
             like = next((a for a in args if isinstance(a, ArrayOps)), None)
             input = like._const(np.asarray(input)) if like is not None else tensor(input)
-        if isinstance(input, Tensor):   # its class's method: views registered, clone ...
-            return getattr(input, name)(*args, **kwargs)
+        if isinstance(input, Tensor):
+            return getattr(input, name)(*args, **kwargs)   # (its class's: views, clone ...)
         return method(input, *args, **kwargs)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``gj.{name}(input, ...)``: torch's ``{name}``, as ``input.{name}(...)`` on a tensor."
